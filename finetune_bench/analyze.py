@@ -1,0 +1,129 @@
+"""Result records → tables: one row per run, per-step data, and liger/baseline comparisons."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from finetune_bench.plan import PlannedRun
+from finetune_bench.results import LOST, ConditionResult
+from finetune_bench.spec import axis_names
+
+GIB = 1024**3
+# metric key in ConditionResult.metrics → column in the results table, and its scale.
+_METRIC_COLUMNS = {
+    "tokens_per_second": ("tokens_per_second", 1),
+    "padded_tokens_per_second": ("padded_tokens_per_second", 1),
+    "padding_fraction": ("padding_fraction", 1),
+    "step_time_median_s": ("step_time_median_s", 1),
+    "step_time_min_s": ("step_time_min_s", 1),
+    "step_time_max_s": ("step_time_max_s", 1),
+    "warmup_time_s": ("warmup_time_s", 1),
+    "steps_measured": ("steps_measured", 1),
+    "peak_allocated_bytes": ("peak_allocated_gib", GIB),
+    "peak_reserved_bytes": ("peak_reserved_gib", GIB),
+    "before_training_allocated_bytes": ("before_training_allocated_gib", GIB),
+    "before_training_reserved_bytes": ("before_training_reserved_gib", GIB),
+    "process_peak_rss_bytes": ("process_peak_rss_gib", GIB),
+    "final_loss": ("final_loss", 1),
+}
+METRIC_COLUMNS = [column for column, _ in _METRIC_COLUMNS.values()]
+
+
+def results_table(planned: list[PlannedRun], results: list[ConditionResult | None]) -> pd.DataFrame:
+    """One row per planned run, in plan order. A run whose task was lost still gets its row."""
+    by_key = {(r.condition_id, r.run_number): r for r in results if r is not None}
+    rows = []
+    for run in planned:
+        result = by_key.get((run.condition_id, run.run_number))
+        row: dict = {"condition_id": run.condition_id, "run_number": run.run_number}
+        row.update({axis: getattr(run.training_args, axis) for axis in axis_names()})
+        if result is None:
+            row.update(status=LOST, reason="the training task failed; no result came back")
+            rows.append(row)
+            continue
+        row.update(status=result.status, reason=result.reason)
+        for key, (column, scale) in _METRIC_COLUMNS.items():
+            if key in result.metrics:
+                row[column] = result.metrics[key] / scale
+        row.update(
+            steps_completed=int(result.details.get("steps_completed", 0)),
+            device=result.details.get("device", ""),
+            dtype=result.details.get("dtype", ""),
+            gpu_name=result.environment.get("gpu_name", ""),
+            loss_path=result.loss_path,
+            liger_patches=json.dumps(result.liger_patches, sort_keys=True) if result.liger_patches else "",
+            wall_time_s=result.wall_time_s,
+            error_tail=result.error_tail,
+        )
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for column in METRIC_COLUMNS:
+        if column not in table:
+            table[column] = float("nan")
+    return table
+
+
+def steps_table(results: list[ConditionResult | None], steps_files: dict[tuple[str, int], str]) -> pd.DataFrame:
+    """Every step of every run, with the run's id and axis values (warm-up steps flagged)."""
+    frames = []
+    for result in results:
+        if result is None:
+            continue
+        path = steps_files.get((result.condition_id, result.run_number))
+        if not path or not Path(path).exists():
+            continue
+        frame = pd.read_csv(path)
+        if frame.empty:
+            continue
+        frame.insert(0, "run_number", result.run_number)
+        frame.insert(0, "condition_id", result.condition_id)
+        for axis in axis_names():
+            frame[axis] = getattr(result.training_args, axis)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["condition_id", "run_number", "step"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per condition: runs, how they ended, and the median of each headline metric over ok runs."""
+    keys = swept or ["condition_id"]
+    ok = table[table["status"] == "ok"]
+    medians = ok.groupby(keys, dropna=False)[
+        ["tokens_per_second", "step_time_median_s", "peak_allocated_gib", "peak_reserved_gib", "final_loss"]
+    ].median()
+    counts = table.groupby(keys, dropna=False).agg(
+        runs=("run_number", "size"),
+        ok_runs=("status", lambda s: int((s == "ok").sum())),
+        statuses=("status", lambda s: ", ".join(f"{k}×{v}" for k, v in s.value_counts().items())),
+    )
+    return counts.join(medians).reset_index()
+
+
+def liger_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """For each point of the other axes: liger's median throughput and peak memory over the baseline's."""
+    if "use_liger" not in swept:
+        return pd.DataFrame()
+    others = [axis for axis in swept if axis != "use_liger"]
+    keys = others or ["_all"]
+    keyed = summary.assign(_all="all")
+    is_liger = keyed["use_liger"].astype(bool)
+    liger, base = keyed[is_liger].set_index(keys), keyed[~is_liger].set_index(keys)
+    out = pd.DataFrame(
+        {
+            "liger_runs": liger["statuses"],
+            "baseline_runs": base["statuses"],
+            "liger_tokens_per_second": liger["tokens_per_second"],
+            "baseline_tokens_per_second": base["tokens_per_second"],
+            "throughput_ratio": liger["tokens_per_second"] / base["tokens_per_second"],
+            "liger_peak_reserved_gib": liger["peak_reserved_gib"],
+            "baseline_peak_reserved_gib": base["peak_reserved_gib"],
+            "peak_reserved_ratio": liger["peak_reserved_gib"] / base["peak_reserved_gib"],
+        }
+    ).reset_index()
+    return out.drop(columns="_all") if not others else out
+
+
+def ran_on_cpu(table: pd.DataFrame) -> bool:
+    return bool((table.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any())

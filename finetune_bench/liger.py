@@ -1,0 +1,51 @@
+"""Switching Liger on for a model instance, and verifying what was actually replaced."""
+
+import inspect
+import sys
+from collections import Counter
+
+import torch
+
+
+def supported_model_types() -> list[str]:
+    """Model types Liger can patch, from Liger's own table."""
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    return sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)
+
+
+class LigerNotApplied(RuntimeError):
+    """A liger arm on which nothing was patched: reporting it as a baseline would be a lie."""
+
+
+def apply_liger(model: torch.nn.Module, **kernel_flags: bool) -> dict[str, int]:
+    """Apply Liger's kernels to `model` in place and return what was replaced.
+
+    `kernel_flags` go to Liger's `apply_liger_kernel_to_<model_type>` (e.g. rope, rms_norm, swiglu,
+    cross_entropy, fused_linear_cross_entropy). Raises `LigerNotApplied` if the model type is not
+    in Liger's table or if no module ended up patched.
+    """
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in supported_model_types():
+        raise LigerNotApplied(f"Liger has no kernels for model type {model_type!r}")
+    _apply_liger_kernel_to_instance(model=model, **kernel_flags)
+    report = patch_report(model)
+    if not report:
+        raise LigerNotApplied(f"Liger was applied to model type {model_type!r} but no module was replaced")
+    return report
+
+
+def patch_report(model: torch.nn.Module) -> dict[str, int]:
+    """Count the modules whose forward is Liger's, by Liger class; `rope` counts the patched function."""
+    counts: Counter[str] = Counter()
+    for module in model.modules():
+        owner = getattr(module.forward, "__qualname__", "").split(".")[0]
+        if owner.startswith("Liger"):
+            counts[owner] += 1
+    modeling = sys.modules.get(type(model).__module__)
+    rope = getattr(modeling, "apply_rotary_pos_emb", None)
+    if rope is not None and "liger" in (inspect.getmodule(rope).__name__ if inspect.getmodule(rope) else ""):
+        counts["rope"] += 1
+    return dict(counts)

@@ -1,0 +1,85 @@
+"""Child-process entry point: train one condition and write `result.json` and `steps.csv`.
+
+Run as `python -m finetune_bench.worker --condition C.json --dataset-dir D --model-dir M --out O`.
+Every ending the child can catch is written as a result (ok, oom, error); endings it cannot catch
+(a signal, a hang) are classified by the launcher.
+"""
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from finetune_bench import faults
+
+RESULT_FILE = "result.json"
+STEPS_FILE = "steps.csv"
+ERROR_TAIL_LINES = 40
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--condition", type=Path, required=True)
+    parser.add_argument("--dataset-dir", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    opts = parser.parse_args(argv)
+    faults.maybe_inject(0)
+
+    import pandas as pd
+    import torch
+
+    from finetune_bench.backends import trl_sft
+    from finetune_bench.backends.common import resolve_device, resolve_dtype
+    from finetune_bench.liger import LigerNotApplied
+    from finetune_bench.measure import STEP_COLUMNS, StepRecorder, environment
+    from finetune_bench.spec import TrainingArgs
+
+    backends = {"trl_sft": trl_sft.train}
+    args = TrainingArgs(**json.loads(opts.condition.read_text()))
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    if device.type == "cpu" and args.use_liger:
+        from finetune_bench.cpu_triton import install_interpreter_shims
+
+        install_interpreter_shims()
+    recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps)
+    result: dict = {
+        "details": {"device": str(device), "dtype": str(dtype).removeprefix("torch.")},
+        "environment": environment(device),
+    }
+    try:
+        extra = backends[args.backend](args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
+        result["status"] = "ok"
+        result["liger_patches"] = extra.pop("liger_patches", {})
+        result["loss_path"] = extra.pop("loss_path", "")
+        result["details"].update({k: str(v) for k, v in extra.items()})
+    except torch.OutOfMemoryError as exc:
+        result.update(status="oom", reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+        result["error_tail"] = _tail(traceback.format_exc())
+    except LigerNotApplied as exc:
+        result.update(status="error", reason=f"liger not applied: {exc}")
+    except Exception as exc:  # any other failure of this condition is its result, not a crash
+        result.update(status="error", reason=f"{type(exc).__name__}: {_first_line(exc)}")
+        result["error_tail"] = _tail(traceback.format_exc())
+    result["metrics"] = recorder.summary()
+    result["details"]["steps_completed"] = str(len(recorder.steps))
+    pd.DataFrame(recorder.step_rows(), columns=list(STEP_COLUMNS)).to_csv(opts.out / STEPS_FILE, index=False)
+    (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
+    return 0 if result["status"] == "ok" else 1
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-ERROR_TAIL_LINES:])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

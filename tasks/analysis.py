@@ -1,0 +1,53 @@
+"""The analysis task: result records → results table, per-step table, Deck and HTML report."""
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from flytekit import Deck, current_context, task
+from flytekit.types.file import FlyteFile
+
+from finetune_bench.analyze import results_table, steps_table
+from finetune_bench.plan import PlannedRun
+from finetune_bench.report import build_report
+from images import analysis_image
+from tasks.records import TrainOutput
+from tasks.settings import ANALYSIS_RESOURCES
+
+logger = logging.getLogger(__name__)
+# Set (e.g. by `make demo`) to also copy the outputs to a local directory.
+EXPORT_DIR_ENV = "FINETUNE_BENCH_EXPORT_DIR"
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+def analyze_results(
+    planned: list[PlannedRun], outputs: list[TrainOutput | None]
+) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
+    """Results table (one row per run), per-step table, and the HTML report; the Deck shows the report."""
+    results = [output.result if output is not None else None for output in outputs]
+    steps_files = {
+        (o.result.condition_id, o.result.run_number): o.steps.download() for o in outputs if o is not None and o.steps
+    }
+    table = results_table(planned, results)
+    steps = steps_table(results, steps_files)
+    swept = planned[0].swept_axes if planned else []
+    environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
+    report = build_report(table, swept, environment)
+
+    for name, content in report.sections.items():
+        Deck(name, content)
+    out_dir = Path(current_context().working_directory) / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_path = out_dir / "report.html"
+    report_path.write_text(report.to_html())
+    export = os.environ.get(EXPORT_DIR_ENV)
+    if export:
+        export_dir = Path(export)
+        export_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(report_path, export_dir / "report.html")
+        table.to_csv(export_dir / "results.csv", index=False)
+        steps.to_csv(export_dir / "steps.csv", index=False)
+        logger.info("outputs exported to %s", export_dir)
+    return table, steps, FlyteFile(str(report_path))

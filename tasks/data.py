@@ -1,0 +1,59 @@
+"""Cached download tasks: a dataset and a model, each as a directory."""
+
+import logging
+
+from flytekit import current_context, task
+from flytekit.types.directory import FlyteDirectory
+
+from finetune_bench import sources
+from images import training_image
+from tasks.settings import DOWNLOAD_CACHE_VERSION, DOWNLOAD_RESOURCES, HF_SECRETS, HF_TOKEN_SECRET_KEY
+
+logger = logging.getLogger(__name__)
+
+
+def _hf_token() -> str | None:
+    if not HF_TOKEN_SECRET_KEY:
+        return None
+    return current_context().secrets.get(key=HF_TOKEN_SECRET_KEY)
+
+
+@task(
+    container_image=training_image,
+    cache=True,
+    cache_version=DOWNLOAD_CACHE_VERSION,
+    requests=DOWNLOAD_RESOURCES,
+    secret_requests=HF_SECRETS,
+)
+def download_dataset(
+    dataset_name: str,
+    dataset_split: str,
+    synthetic_num_examples: int,
+    synthetic_min_words: int,
+    synthetic_max_words: int,
+) -> FlyteDirectory:
+    """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format)."""
+    path = sources.prepare_dataset(
+        dataset_name,
+        split=dataset_split,
+        synthetic_num_examples=synthetic_num_examples,
+        synthetic_min_words=synthetic_min_words,
+        synthetic_max_words=synthetic_max_words,
+        hf_token=_hf_token(),
+    )
+    logger.info("dataset %s ready at %s", dataset_name, path)
+    return FlyteDirectory(str(path))
+
+
+@task(
+    container_image=training_image,
+    cache=True,
+    cache_version=DOWNLOAD_CACHE_VERSION,
+    requests=DOWNLOAD_RESOURCES,
+    secret_requests=HF_SECRETS,
+)
+def download_model(model_name: str) -> FlyteDirectory:
+    """Fetch the model (hub id), use a local one, or write a random-init one, as a directory."""
+    path = sources.prepare_model(model_name, hf_token=_hf_token())
+    logger.info("model %s ready at %s", model_name, path)
+    return FlyteDirectory(str(path))

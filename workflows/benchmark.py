@@ -1,0 +1,69 @@
+"""The benchmark workflow: liger on/off × swept settings × repeats, measured and reported.
+
+    pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file inputs/smoke.yaml
+    union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file inputs/phi3_alpaca.yaml
+"""
+
+from functools import partial
+
+import pandas as pd
+from flytekit import dynamic, map_task, workflow
+from flytekit.types.directory import FlyteDirectory
+from flytekit.types.file import FlyteFile
+
+from finetune_bench.plan import PlannedRun
+from finetune_bench.spec import ExperimentArgs, TrainingArgs
+from images import analysis_image
+from tasks.analysis import analyze_results
+from tasks.data import download_dataset, download_model
+from tasks.records import TrainOutput
+from tasks.train import plan_benchmark, train_condition
+
+
+@dynamic(container_image=analysis_image)
+def run_benchmark(
+    planned: list[PlannedRun],
+    dataset_dir: FlyteDirectory,
+    model_dir: FlyteDirectory,
+    concurrency: int,
+    min_success_ratio: float,
+    condition_timeout_s: int,
+) -> list[TrainOutput | None]:
+    """Fan the training task out over every planned run."""
+    train = partial(
+        train_condition, dataset_dir=dataset_dir, model_dir=model_dir, condition_timeout_s=condition_timeout_s
+    )
+    return map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=planned)
+
+
+@workflow
+def benchmarking_experiment(
+    experiment_args: ExperimentArgs = ExperimentArgs(),
+    training_args: TrainingArgs = TrainingArgs(),
+    n_runs: int = 1,
+    concurrency: int = 4,
+    min_success_ratio: float = 0.1,
+    condition_timeout_s: int = 3600,
+) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
+    """Returns the results table (one row per condition × run), the per-step table and the HTML report."""
+    planned = plan_benchmark(experiment_args=experiment_args, training_args=training_args, n_runs=n_runs)
+    dataset_dir = download_dataset(
+        dataset_name=training_args.dataset_name,
+        dataset_split=training_args.dataset_split,
+        synthetic_num_examples=training_args.synthetic_num_examples,
+        synthetic_min_words=training_args.synthetic_min_words,
+        synthetic_max_words=training_args.synthetic_max_words,
+    )
+    model_dir = download_model(model_name=training_args.model_name)
+    # Inputs are validated before anything is downloaded.
+    planned >> dataset_dir
+    planned >> model_dir
+    outputs = run_benchmark(
+        planned=planned,
+        dataset_dir=dataset_dir,
+        model_dir=model_dir,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+    )
+    return analyze_results(planned=planned, outputs=outputs)
