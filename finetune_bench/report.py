@@ -74,7 +74,7 @@ def _bar_panel(table: pd.DataFrame, metric: str, ylabel: str, swept: list[str], 
     x = _x_axis(swept)
     facets = [axis for axis in swept if axis not in ("use_liger", x)]
     data = table.assign(**{ARM_COLUMN: _arm(table)})
-    data["panel"] = [", ".join(f"{a}={v}" for a, v in zip(facets, row)) for row in data[facets].itertuples(index=False)]
+    data["panel"] = [", ".join(f"{a}={v}" for a, v in zip(facets, values)) for values in zip(*(data[a] for a in facets))] if facets else ""
     panels = list(dict.fromkeys(data["panel"]))
     order = sorted(data[x].unique())
     hue_order = [arm for arm in ARM_PALETTE if arm in set(data[ARM_COLUMN])]
@@ -96,13 +96,17 @@ def _bar_panel(table: pd.DataFrame, metric: str, ylabel: str, swept: list[str], 
         ax.set_ylim(bottom=0)
         for container in ax.containers:
             if hasattr(container, "datavalues"):
-                ax.bar_label(container, fmt="{:,.3g}", fontsize=8, padding=2)
+                ax.bar_label(container, fmt=_short_number, fontsize=8, padding=2)
         ax.get_legend() and ax.get_legend().remove()
     handles = [plt.Rectangle((0, 0), 1, 1, color=ARM_PALETTE[arm]) for arm in hue_order]
     fig.legend(handles, hue_order, title="arm", loc="upper left", bbox_to_anchor=(1.0, 0.9))
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _short_number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_order: list[str]) -> None:
@@ -120,7 +124,11 @@ def _mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_
 
 
 def _table_html(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, float_format=lambda v: f"{v:,.4g}", na_rep="–", border=0, escape=True)
+    return frame.to_html(index=False, float_format=_table_number, na_rep="–", border=0, escape=True)
+
+
+def _table_number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def build_report(
@@ -152,6 +160,7 @@ def build_report(
             "<h3>Liger against the baseline</h3><p>Median over ok runs; ratio &gt; 1 means liger is faster "
             "(throughput) or uses more memory (peak reserved).</p>"
         )
+        overview.append(f"<p><b>{html.escape(_verdict(comparison))}</b></p>")
         overview.append(_table_html(comparison))
     sections["Summary"] = "\n".join(overview)
 
@@ -190,6 +199,21 @@ def build_report(
             )
         sections["Failures"] = "\n".join(parts)
     return Report(sections=sections)
+
+
+def _verdict(comparison: pd.DataFrame) -> str:
+    """One line: the range of liger/baseline ratios over the conditions where both arms ran."""
+    both = comparison.dropna(subset=["throughput_ratio"])
+    missing = len(comparison) - len(both)
+    if both.empty:
+        return "No condition has ok runs in both arms: no comparison possible."
+    speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
+    line = f"Liger vs baseline over {len(both)} condition(s): throughput ×{speed.min():.2f}–{speed.max():.2f}"
+    if not memory.empty:
+        line += f", peak reserved memory ×{memory.min():.2f}–{memory.max():.2f}"
+    if missing:
+        line += f"; {missing} condition(s) lack an ok run in one arm (see Failures)"
+    return line + "."
 
 
 _ENVIRONMENT_KEYS = (

@@ -1,5 +1,6 @@
 """Planning the runs, and training one run in a child process."""
 
+import tempfile
 from pathlib import Path
 
 from flytekit import current_context, task
@@ -28,7 +29,8 @@ def train_condition(
     condition_timeout_s: int,
 ) -> TrainOutput:
     """Train one run in a fresh child process; its failure (OOM, crash, timeout) is its result."""
-    work_dir = Path(current_context().working_directory) / "run"
+    # Unique per run: locally, every item of a map task shares one working directory.
+    work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
     result = run_in_child(
         planned_run,
         dataset_dir=Path(dataset_dir.download()),

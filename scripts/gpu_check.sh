@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Run an inputs file through `pyflyte run` on a GPU machine whose image lacks flytekit/trl/liger:
+# install the wheelhouse carried in .whl/, pre-flight one short condition, then the full workflow.
+# usage: scripts/gpu_check.sh INPUTS OUTDIR
+set -euo pipefail
+inputs=$1; out=$2
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLYTECTL_CONFIG=$PWD/flyte-local.yaml
+export FINETUNE_BENCH_CACHE_DIR=/tmp/finetune_bench_cache FINETUNE_BENCH_EXPORT_DIR=$out
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+python3 - "$inputs" <<'PY'
+import dataclasses, sys, yaml
+from finetune_bench import sources, spec, plan, launch
+cfg = yaml.safe_load(open(sys.argv[1]))
+args = spec.TrainingArgs(**cfg["training_args"])
+args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1, use_liger=True)
+run = plan.plan_runs(spec.ExperimentArgs(use_liger=[True], per_device_train_batch_size=[args.per_device_train_batch_size]), args, 1)[0]
+ds = sources.prepare_dataset(args.dataset_name, args.dataset_split, args.synthetic_num_examples, args.synthetic_min_words, args.synthetic_max_words)
+md = sources.prepare_model(args.model_name)
+r = launch.run_in_child(run, ds, md, "/tmp/preflight", 900)
+print("preflight:", r.status, r.reason, r.metrics, r.liger_patches, f"{r.wall_time_s:.1f}s")
+if r.status != "ok":
+    print(r.error_tail); sys.exit(1)
+PY
+start=$(date +%s)
+rc=0
+python3 /tmp/site/bin/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file "$inputs" \
+  > "$out/workflow.log" 2>&1 || rc=$?
+tail -n 30 "$out/workflow.log"
+echo "workflow exit status $rc, wall time: $(( $(date +%s) - start )) s"
+# The raw per-run records, so that nothing measured is lost whatever happens to the analysis.
+find /tmp/flyte* -path '*/run-*/result.json' -newer "$out/gpu.txt" | tar -czf "$out/raw_results.tgz" -T -
+exit $rc
