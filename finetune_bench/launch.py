@@ -119,7 +119,16 @@ def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool,
     record_file = work_dir / RESULT_FILE
     if record_file.exists() and not timed_out:
         record = json.loads(record_file.read_text())
-        for name in ("status", "reason", "error_tail", "metrics", "environment", "details", "liger_patches", "loss_path"):
+        for name in (
+            "status",
+            "reason",
+            "error_tail",
+            "metrics",
+            "environment",
+            "details",
+            "liger_patches",
+            "loss_path",
+        ):
             if name in record:
                 setattr(result, name, record[name])
         if result.status != "ok" and not result.error_tail:

@@ -31,7 +31,7 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
     """
     validate(experiment_args, training_args, n_runs)
     axes = swept_axes(experiment_args)
-    grid = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     return [
         PlannedRun(
             condition_id=condition_id(point),

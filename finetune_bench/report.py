@@ -32,7 +32,9 @@ class Report:
     sections: dict[str, str]
 
     def to_html(self, title: str = "Fine-tuning benchmark") -> str:
-        body = "\n".join(f"<section><h2>{html.escape(name)}</h2>{content}</section>" for name, content in self.sections.items())
+        body = "\n".join(
+            f"<section><h2>{html.escape(name)}</h2>{content}</section>" for name, content in self.sections.items()
+        )
         return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -74,12 +76,15 @@ def _bar_panel(table: pd.DataFrame, metric: str, ylabel: str, swept: list[str], 
     x = _x_axis(swept)
     facets = [axis for axis in swept if axis not in ("use_liger", x)]
     data = table.assign(**{ARM_COLUMN: _arm(table)})
-    data["panel"] = [", ".join(f"{a}={v}" for a, v in zip(facets, values)) for values in zip(*(data[a] for a in facets))] if facets else ""
+    data["panel"] = ""
+    if facets:
+        labels = data[facets].apply(lambda column: column.name + "=" + column.astype(str))
+        data["panel"] = labels.agg(", ".join, axis=1)
     panels = list(dict.fromkeys(data["panel"]))
     order = sorted(data[x].unique())
     hue_order = [arm for arm in ARM_PALETTE if arm in set(data[ARM_COLUMN])]
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6, 5.5 * len(panels)), 4.2), squeeze=False, sharey=True)
-    for ax, panel in zip(axes[0], panels):
+    for ax, panel in zip(axes[0], panels, strict=True):
         subset = data[data["panel"] == panel]
         ok = subset[(subset["status"] == "ok") & subset[metric].notna()]
         if not ok.empty:
@@ -181,7 +186,9 @@ def build_report(
                 "peak allocated memory by batch size",
             )
         )
-    note = "<p>Bars: median over repeats; error bars: min–max. OOM / ERR / T/O / LOST mark conditions with no ok run.</p>"
+    note = (
+        "<p>Bars: median over repeats; error bars: min–max. OOM / ERR / T/O / LOST mark conditions with no ok run.</p>"
+    )
     sections["Figures"] = note + "\n".join(figures)
 
     sections["Conditions"] = _table_html(summary)
@@ -195,7 +202,8 @@ def build_report(
         for row in failures.itertuples(index=False):
             parts.append(
                 f"<h3>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.status)}</h3>"
-                f"<p>{html.escape(str(row.reason))}</p><pre>{html.escape(str(getattr(row, 'error_tail', '') or ''))}</pre>"
+                f"<p>{html.escape(str(row.reason))}</p>"
+                f"<pre>{html.escape(str(getattr(row, 'error_tail', '') or ''))}</pre>"
             )
         sections["Failures"] = "\n".join(parts)
     return Report(sections=sections)

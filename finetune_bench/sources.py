@@ -72,7 +72,7 @@ def _build_into(dest: Path, build) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Text generation (for offline datasets and offline tokenizers)
 
-_SYLLABLES = "ba be bi bo bu da de di do du ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru sa se si so su ta te ti to tu va ve vi vo vu".split()
+_SYLLABLES = [c + v for c in "bdklmnrstv" for v in "aeiou"]
 _TASKS = [
     "Summarize the following text.",
     "Translate the passage into plain language.",
@@ -124,7 +124,9 @@ def train_offline_tokenizer(vocab_size: int, seed: int = 0):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    corpus = [r["instruction"] + " " + r["input"] + " " + r["output"] for r in generate_alpaca_records(2000, 8, 64, seed)]
+    corpus = [
+        r["instruction"] + " " + r["input"] + " " + r["output"] for r in generate_alpaca_records(2000, 8, 64, seed)
+    ]
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, pad_token="<|pad|>", bos_token="<|begin|>", eos_token="<|end|>"
@@ -178,7 +180,9 @@ def _write_random_model(dest: Path, arch: str, config_dict: dict) -> None:
     config.pad_token_id = tokenizer.pad_token_id
     config.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
-    (dest / RANDOM_INIT_MARKER).write_text(json.dumps({"architecture": arch, "stands_for": config_dict["_name_or_path"]}))
+    (dest / RANDOM_INIT_MARKER).write_text(
+        json.dumps({"architecture": arch, "stands_for": config_dict["_name_or_path"]})
+    )
 
 
 def is_random_init(model_dir: Path) -> bool:

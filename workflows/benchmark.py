@@ -1,7 +1,7 @@
 """The benchmark workflow: liger on/off × swept settings × repeats, measured and reported.
 
-    pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file inputs/smoke.yaml
-    union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file inputs/phi3_alpaca.yaml
+pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file inputs/smoke.yaml
+union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file inputs/phi3_alpaca.yaml
 """
 
 from functools import partial

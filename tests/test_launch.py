@@ -1,0 +1,73 @@
+"""The child-process launcher classifies every ending, under injected faults (finetune_bench.faults)."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from finetune_bench.faults import FAULT_ENV
+from finetune_bench.launch import run_in_child
+from finetune_bench.plan import PlannedRun
+from finetune_bench.spec import TrainingArgs
+
+
+def planned(**overrides) -> PlannedRun:
+    args = dataclasses.replace(TrainingArgs(), **overrides)
+    return PlannedRun(condition_id="test", run_number=0, training_args=args, swept_axes=[])
+
+
+@pytest.mark.parametrize(
+    "fault, status, reason",
+    [
+        ("oom@0", "oom", "out of memory"),
+        ("error@0", "error", "exited with status 1"),
+        ("exit@0", "error", "exited with status 3"),
+        ("segfault@0", "error", "killed by SIGSEGV"),
+        ("sigkill@0", "error", "killed by SIGKILL (the host may have killed it for memory)"),
+    ],
+)
+def test_endings_without_a_result_are_classified(fault, status, reason, monkeypatch, tmp_path):
+    monkeypatch.setenv(FAULT_ENV, fault)
+    result = run_in_child(planned(), tmp_path, tmp_path, tmp_path / "run", timeout_s=120)
+    assert (result.status, result.condition_id) == (status, "test")
+    assert reason in result.reason
+    assert result.steps_file == ""
+
+
+def test_a_hang_ends_as_timeout(monkeypatch, tmp_path):
+    monkeypatch.setenv(FAULT_ENV, "hang@0")
+    result = run_in_child(planned(), tmp_path, tmp_path, tmp_path / "run", timeout_s=2)
+    assert result.status == "timeout"
+    assert "2 s timeout" in result.reason
+    assert result.wall_time_s < 30
+
+
+def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    result = run_in_child(planned(max_steps=3), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
+    assert result.status == "ok", result.error_tail
+    steps = pd.read_csv(result.steps_file)
+    assert list(steps["step"]) == [1, 2, 3]
+    assert list(steps["is_warmup"]) == [True, False, False]
+    assert (steps["padded_tokens"] == 32).all()  # batch 1 × max_seq_length 32
+    assert steps["loss"].notna().all()
+    assert result.metrics["steps_measured"] == 2
+    assert result.metrics["tokens_per_second"] > 0
+    assert result.details["device"] == "cpu" and result.details["dtype"] == "float32"
+    assert result.loss_path == "trl_chunked_lm_head"
+    assert result.environment["torch"]
+
+
+def test_oom_mid_training_keeps_the_steps_done(monkeypatch, tiny_model_dir, tiny_dataset_dir, tmp_path):
+    monkeypatch.setenv(FAULT_ENV, "oom@2")
+    result = run_in_child(planned(max_steps=4), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
+    assert result.status == "oom"
+    assert result.reason.startswith("out of memory at step 3")
+    assert "OutOfMemoryError" in result.error_tail
+    assert len(pd.read_csv(result.steps_file)) == 2
+
+
+def test_a_failing_condition_is_an_error_result(tiny_dataset_dir, tmp_path):
+    result = run_in_child(planned(), tiny_dataset_dir, tmp_path / "no-model", tmp_path / "run", timeout_s=300)
+    assert result.status == "error"
+    assert result.reason  # the exception's first line
+    assert "Traceback" in result.error_tail
