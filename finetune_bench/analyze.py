@@ -20,11 +20,17 @@ _METRIC_COLUMNS = {
     "step_time_max_s": ("step_time_max_s", 1),
     "warmup_time_s": ("warmup_time_s", 1),
     "steps_measured": ("steps_measured", 1),
+    "tokens_per_second_median_step": ("tokens_per_second_median_step", 1),
+    "model_flops_per_token": ("model_flops_per_token", 1),
+    "achieved_tflops": ("achieved_tflops", 1),
+    "mfu": ("mfu", 1),
     "peak_allocated_bytes": ("peak_allocated_gib", GIB),
     "peak_reserved_bytes": ("peak_reserved_gib", GIB),
     "before_training_allocated_bytes": ("before_training_allocated_gib", GIB),
     "before_training_reserved_bytes": ("before_training_reserved_gib", GIB),
     "process_peak_rss_bytes": ("process_peak_rss_gib", GIB),
+    "nvml_process_peak_bytes": ("nvml_process_peak_gib", GIB),
+    "nvml_device_used_peak_bytes": ("nvml_device_used_peak_gib", GIB),
     "final_loss": ("final_loss", 1),
 }
 METRIC_COLUMNS = [column for column, _ in _METRIC_COLUMNS.values()]
@@ -91,7 +97,15 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     keys = swept or ["condition_id"]
     ok = table[table["status"] == "ok"]
     medians = ok.groupby(keys, dropna=False)[
-        ["tokens_per_second", "step_time_median_s", "peak_allocated_gib", "peak_reserved_gib", "final_loss"]
+        [
+            "tokens_per_second",
+            "step_time_median_s",
+            "achieved_tflops",
+            "mfu",
+            "peak_allocated_gib",
+            "peak_reserved_gib",
+            "final_loss",
+        ]
     ].median()
     counts = table.groupby(keys, dropna=False).agg(
         runs=("run_number", "size"),

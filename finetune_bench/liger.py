@@ -40,6 +40,8 @@ def apply_liger(model: torch.nn.Module, **kernel_flags: bool) -> dict[str, int]:
 def patch_report(model: torch.nn.Module) -> dict[str, int]:
     """Count the modules whose forward is Liger's, by Liger class; `rope` counts the patched function."""
     counts: Counter[str] = Counter()
+    if (getattr(model.forward, "__module__", "") or "").startswith("liger_kernel"):
+        counts["fused_linear_cross_entropy_forward"] += 1
     for module in model.modules():
         owner = getattr(module.forward, "__qualname__", "").split(".")[0]
         if owner.startswith("Liger"):
@@ -49,3 +51,17 @@ def patch_report(model: torch.nn.Module) -> dict[str, int]:
     if rope is not None and "liger" in (inspect.getmodule(rope).__name__ if inspect.getmodule(rope) else ""):
         counts["rope"] += 1
     return dict(counts)
+
+
+def loss_path(model: torch.nn.Module) -> str:
+    """Which loss a causal LM's own forward computes: Liger's fused linear cross entropy (no logits
+    materialized) when Liger replaced the forward, else transformers' cross entropy on the logits
+    (which Liger's `cross_entropy=True` may have swapped for its own kernel)."""
+    forward_module = getattr(model.forward, "__module__", "") or ""
+    if forward_module.startswith("liger_kernel"):
+        return "liger_fused_linear_cross_entropy"
+    import torch.nn.functional as F
+
+    if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
+        return "liger_cross_entropy"
+    return "hf_cross_entropy"

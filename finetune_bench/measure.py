@@ -7,19 +7,25 @@ time is the wall time from the end of the previous step to the end of this one (
 forward, backward, optimizer and logging included).
 """
 
+import logging
+import os
 import platform
 import resource
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 STEP_COLUMNS = (
     "step",
     "step_time_s",
     "non_padding_tokens",
     "padded_tokens",
+    "model_flops",
     "loss",
     "peak_allocated_bytes",
     "peak_reserved_bytes",
@@ -36,7 +42,57 @@ class StepRecord:
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
     is_warmup: bool
+    model_flops: float | None = None
     loss: float | None = None
+
+
+class NvmlPeakSampler:
+    """The GPU memory the driver sees, sampled in a background thread (what torch's allocator
+    does not count: the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, fragmentation).
+
+    Reports this process's peak when NVML lists it (`nvml_process_peak_bytes`); inside a container
+    whose PID namespace hides it, the device's peak used memory over the run instead
+    (`nvml_device_used_peak_bytes`, which includes any other process on the GPU).
+    """
+
+    def __init__(self, device: "torch.device", interval_s: float = 0.05):
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        uuid = torch.cuda.get_device_properties(device).uuid
+        self._handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.process_peak: int | None = None
+        self.device_peak = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def driver_version(self) -> str:
+        return str(self._nvml.nvmlSystemGetDriverVersion())
+
+    def sample(self) -> None:
+        pid = os.getpid()
+        for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                self.process_peak = max(self.process_peak or 0, int(proc.usedGpuMemory))
+        self.device_peak = max(self.device_peak, int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.sample()
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        if self.process_peak is not None:
+            return {"nvml_process_peak_bytes": float(self.process_peak)}
+        return {"nvml_device_used_peak_bytes": float(self.device_peak)}
 
 
 @dataclass
@@ -48,6 +104,19 @@ class StepRecorder:
     _last_end: float | None = None
     _tokens: int = 0
     _padded: int = 0
+    _nvml: NvmlPeakSampler | None = None
+    _nvml_summary: dict[str, float] = field(default_factory=dict)
+    # Model FLOPs of a token in a sequence of length S: _flops_fixed + _flops_per_seq_len * S.
+    _flops_fixed: float | None = None
+    _flops_per_seq_len: float = 0.0
+    _flops: float = 0.0
+
+    def attach_model(self, model: torch.nn.Module) -> None:
+        """Enable model-FLOPs accounting (see `finetune_bench.flops`) for `model`."""
+        from finetune_bench.flops import training_flops_per_token
+
+        self._flops_fixed = training_flops_per_token(model, 0)
+        self._flops_per_seq_len = training_flops_per_token(model, 1) - self._flops_fixed
 
     @property
     def _cuda(self) -> bool:
@@ -66,13 +135,23 @@ class StepRecorder:
                 "reserved_bytes": torch.cuda.memory_reserved(self.device),
             }
             torch.cuda.reset_peak_memory_stats(self.device)
+            try:
+                self._nvml = NvmlPeakSampler(self.device)
+                self._nvml.start()
+            except Exception as exc:  # no NVML (driver, library) means no driver-side figure, said in the log
+                logger.warning("NVML unavailable, no driver-side memory figure: %s", exc)
+                self._nvml = None
         self._last_end = time.perf_counter()
 
     def add_batch(self, attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> None:
         """Count one micro-batch's tokens: non-padding (attention mask) and padded (tensor size)."""
         self._padded += input_ids.numel()
         # Called before the micro-batch's forward is queued: the device is idle, so the sync is free.
-        self._tokens += int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
+        tokens = int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
+        self._tokens += tokens
+        if self._flops_fixed is not None:
+            # Attention work grows with the (padded) length of the sequence each token sits in.
+            self._flops += tokens * (self._flops_fixed + self._flops_per_seq_len * input_ids.shape[-1])
 
     def end_step(self) -> None:
         self._sync()
@@ -91,10 +170,18 @@ class StepRecorder:
                 peak_allocated_bytes=peak_alloc,
                 peak_reserved_bytes=peak_reserved,
                 is_warmup=index < self.warmup_steps,
+                model_flops=self._flops if self._flops_fixed is not None else None,
             )
         )
         self._tokens = self._padded = 0
+        self._flops = 0.0
         self._last_end = now
+
+    def end_training(self) -> None:
+        """Stop background sampling (call once, whatever way training ended)."""
+        if self._nvml is not None:
+            self._nvml_summary = self._nvml.stop()
+            self._nvml = None
 
     def record_loss(self, step: int, loss: float) -> None:
         if 1 <= step <= len(self.steps):
@@ -103,7 +190,7 @@ class StepRecorder:
     def step_rows(self) -> list[dict]:
         return [{name: getattr(s, name) for name in STEP_COLUMNS} for s in self.steps]
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, gpu_name: str = "") -> dict[str, float]:
         """Headline metrics over the measured (non-warm-up) steps; warm-up reported apart."""
         measured = [s for s in self.steps if not s.is_warmup]
         warmup = [s for s in self.steps if s.is_warmup]
@@ -122,12 +209,23 @@ class StepRecorder:
                 step_time_median_s=statistics.median(times),
                 step_time_min_s=min(times),
                 step_time_max_s=max(times),
+                tokens_per_second_median_step=statistics.median(s.non_padding_tokens / s.step_time_s for s in measured),
             )
+            if self._flops_fixed is not None:
+                out["model_flops_per_token"] = sum(s.model_flops for s in measured) / tokens
+                out["achieved_tflops"] = sum(s.model_flops for s in measured) / total_time / 1e12
         if self.steps and self._cuda:
             out["peak_allocated_bytes"] = float(max(s.peak_allocated_bytes for s in self.steps))
             out["peak_reserved_bytes"] = float(max(s.peak_reserved_bytes for s in self.steps))
         for name, value in self.memory_before_training.items():
             out[f"before_training_{name}"] = float(value)
+        out.update(self._nvml_summary)
+        if "achieved_tflops" in out:
+            from finetune_bench.flops import mfu
+
+            utilization = mfu(out["achieved_tflops"], gpu_name)
+            if utilization is not None:
+                out["mfu"] = utilization
         losses = [s.loss for s in self.steps if s.loss is not None]
         if losses:
             out["final_loss"] = losses[-1]
@@ -141,7 +239,7 @@ def environment(device: torch.device) -> dict[str, str]:
     import importlib.metadata as md
 
     env = {"hostname": platform.node(), "python": platform.python_version(), "device_type": device.type}
-    for package in ("torch", "triton", "transformers", "trl", "liger-kernel", "datasets", "accelerate"):
+    for package in ("torch", "triton", "transformers", "trl", "peft", "liger-kernel", "datasets", "accelerate"):
         try:
             env[package] = md.version(package)
         except md.PackageNotFoundError:
@@ -154,6 +252,13 @@ def environment(device: torch.device) -> dict[str, str]:
             gpu_memory_bytes=str(props.total_memory),
             cuda=str(torch.version.cuda),
         )
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            env["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+        except Exception as exc:  # the record says why the driver version is missing
+            env["driver"] = f"unknown ({type(exc).__name__})"
     else:
         env["cpu"] = platform.processor() or platform.machine()
     return env

@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from finetune_bench.analyze import condition_summary, liger_vs_baseline, ran_on_cpu  # noqa: E402
+from finetune_bench.parity import DIVERGED, loss_parity, parity_summary  # noqa: E402
 
 ARM_COLUMN = "arm"
 ARM_PALETTE = {"baseline": "#4C72B0", "liger": "#DD8452"}
@@ -137,10 +138,15 @@ def _table_number(value: float) -> str:
 
 
 def build_report(
-    table: pd.DataFrame, swept: list[str], environment: dict[str, str], experiment_name: str = ""
+    table: pd.DataFrame,
+    swept: list[str],
+    environment: dict[str, str],
+    steps: pd.DataFrame | None = None,
+    experiment_name: str = "",
 ) -> Report:
-    """The report from the results table (one row per run)."""
+    """The report from the results table (one row per run) and, for loss parity, the per-step table."""
     summary = condition_summary(table, swept)
+    parity = loss_parity(steps, swept) if steps is not None else pd.DataFrame()
     comparison = liger_vs_baseline(summary, swept)
     on_cpu = ran_on_cpu(table)
     sections: dict[str, str] = {}
@@ -167,6 +173,11 @@ def build_report(
         )
         overview.append(f"<p><b>{html.escape(_verdict(comparison))}</b></p>")
         overview.append(_table_html(comparison))
+    if "use_liger" in swept and steps is not None:
+        overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
+        diverged = parity[parity["verdict"] == DIVERGED] if not parity.empty else parity
+        if not diverged.empty:
+            overview.append(_table_html(diverged))
     sections["Summary"] = "\n".join(overview)
 
     memory_metric, memory_label = "peak_reserved_gib", "peak reserved memory (GiB)"
@@ -192,6 +203,11 @@ def build_report(
     sections["Figures"] = note + "\n".join(figures)
 
     sections["Conditions"] = _table_html(summary)
+    if not parity.empty:
+        sections["Loss parity"] = (
+            "<p>Each liger run against the baseline run with the same other settings and run number "
+            "(same seed, same data order), step by step.</p>" + _table_html(parity)
+        )
     run_columns = [c for c in table.columns if c not in ("error_tail",)]
     sections["Runs"] = _table_html(table[run_columns])
     failures = table[table["status"] != "ok"]

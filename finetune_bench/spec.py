@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("trl_sft",)
+BACKENDS = ("trl_sft", "plain_loop")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -29,6 +29,7 @@ class TrainingArgs:
     synthetic_min_words: int = 8
     synthetic_max_words: int = 48
 
+    # trl_sft: TRL's SFTTrainer (the blog's setup); plain_loop: a bare PyTorch loop (no Trainer).
     backend: str = "trl_sft"
     use_liger: bool = False
     per_device_train_batch_size: int = 1
@@ -61,6 +62,7 @@ class ExperimentArgs:
     use_liger: list[bool] = field(default_factory=lambda: [True, False])
     per_device_train_batch_size: list[int] = field(default_factory=lambda: [1, 2])
     max_seq_length: list[int] = field(default_factory=list)
+    backend: list[str] = field(default_factory=list)
 
 
 class SpecError(ValueError):

@@ -6,6 +6,7 @@ Every ending the child can catch is written as a result (ok, oom, error); ending
 """
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -31,13 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
     import torch
 
-    from finetune_bench.backends import trl_sft
     from finetune_bench.backends.common import resolve_device, resolve_dtype
     from finetune_bench.liger import LigerNotApplied
     from finetune_bench.measure import STEP_COLUMNS, StepRecorder, environment
     from finetune_bench.spec import TrainingArgs
 
-    backends = {"trl_sft": trl_sft.train}
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
@@ -51,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(device),
     }
     try:
-        extra = backends[args.backend](args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
+        backend = importlib.import_module(f"finetune_bench.backends.{args.backend}")
+        extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         result["status"] = "ok"
         result["liger_patches"] = extra.pop("liger_patches", {})
         result["loss_path"] = extra.pop("loss_path", "")
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # any other failure of this condition is its result, not a crash
         result.update(status="error", reason=f"{type(exc).__name__}: {_first_line(exc)}")
         result["error_tail"] = _tail(traceback.format_exc())
-    result["metrics"] = recorder.summary()
+    recorder.end_training()
+    result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))
     result["details"]["steps_completed"] = str(len(recorder.steps))
     pd.DataFrame(recorder.step_rows(), columns=list(STEP_COLUMNS)).to_csv(opts.out / STEPS_FILE, index=False)
     (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))

@@ -34,7 +34,7 @@ def analyze_results(
     steps = steps_table(results, steps_files)
     swept = planned[0].swept_axes if planned else []
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
-    report = build_report(table, swept, environment)
+    report = build_report(table, swept, environment, steps)
 
     for name, content in report.sections.items():
         Deck(name, content)

@@ -55,6 +55,26 @@ def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_
     assert result.details["device"] == "cpu" and result.details["dtype"] == "float32"
     assert result.loss_path == "trl_chunked_lm_head"
     assert result.environment["torch"]
+    # tiny-llama: N = 2 layers × (q 64·64 + k,v 64·32 + o 64·64 + mlp 3·64·128) + lm_head 64·1024 = 139,264;
+    # model FLOPs per token = 6N + 12 · layers · hidden · seq = 835,584 + 12·2·64·32
+    assert result.metrics["model_flops_per_token"] == pytest.approx(6 * 139_264 + 12 * 2 * 64 * 32)
+    assert "mfu" not in result.metrics  # no peak for a CPU
+
+
+def test_plain_loop_arms_take_their_loss_paths_and_agree(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    results = {}
+    for use_liger in (True, False):
+        args = {"backend": "plain_loop", "use_liger": use_liger, "per_device_train_batch_size": 2, "max_steps": 2}
+        work_dir = tmp_path / str(use_liger)
+        results[use_liger] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
+        assert results[use_liger].status == "ok", results[use_liger].error_tail
+        # every example is longer than 32 tokens: full rows, no padding
+        assert (pd.read_csv(results[use_liger].steps_file)["padded_tokens"] == 64).all()
+    assert results[True].loss_path == "liger_fused_linear_cross_entropy"
+    assert results[False].loss_path == "hf_cross_entropy"
+    assert "LigerRMSNorm" in results[True].liger_patches and not results[False].liger_patches
+    # fp32 on a CPU: Liger's kernels (interpreted) match eager PyTorch closely
+    assert results[True].metrics["final_loss"] == pytest.approx(results[False].metrics["final_loss"], rel=1e-4)
 
 
 def test_oom_mid_training_keeps_the_steps_done(monkeypatch, tiny_model_dir, tiny_dataset_dir, tmp_path):

@@ -30,6 +30,7 @@ def train(
     from trl import SFTConfig, SFTTrainer
 
     loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    recorder.attach_model(loaded.model)
     dataset = sources.load_prompt_completion(dataset_dir)
 
     class RecordingCallback(TrainerCallback):

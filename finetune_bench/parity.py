@@ -1,0 +1,145 @@
+"""Does Liger change what the model learns? Step-by-step loss curves of liger runs against their baselines.
+
+A liger run and a baseline run with the same values of every other swept axis and the same `run_number`
+share the seed and the data order by construction, so their losses should agree step for step up to
+kernel-level numerical noise. This module pairs them and reports, per pair, how far the curves drift apart.
+"""
+
+import numpy as np
+import pandas as pd
+
+# Tolerances for "the same loss", with the `numpy.isclose` rule |liger - baseline| <= atol + rtol * |baseline|.
+# Liger's own bf16 convergence tests (test/convergence/bf16 in linkedin/Liger-Kernel) compare the per-step
+# losses of a mini model with and without its kernels using `assert_close`-style atol/rtol; their values
+# vary by model and release (most entries use atol 1e-3 / rtol 1e-2, the vision-language models rtol 5e-2,
+# the LFM2 test atol = rtol = 5e-2). These are at the loose end of that range: a benchmark run trains longer
+# than the 32 steps of those tests, and bf16 noise compounds over steps.
+LOSS_ATOL = 1e-2
+LOSS_RTOL = 5e-2
+
+_PAIR_COLUMNS = [
+    "run_number",
+    "liger_condition_id",
+    "baseline_condition_id",
+    "steps_compared",
+    "max_abs_diff",
+    "max_rel_diff",
+    "first_divergent_step",
+    "verdict",
+]
+MATCH, DIVERGED, NO_OVERLAP = "match", "diverged", "no overlap"
+
+
+def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """One row per (liger run, baseline run) pair with the same other axes and `run_number`.
+
+    Compares the two loss curves on the steps both have with a non-NaN loss. Columns: the other swept axes
+    (under their names), then `run_number`, `liger_condition_id`, `baseline_condition_id`, `steps_compared`,
+    `max_abs_diff`, `max_rel_diff` (relative to |baseline|), `first_divergent_step` (nullable int: the first
+    step outside LOSS_ATOL + LOSS_RTOL * |baseline|) and `verdict` ("match", "diverged" or "no overlap").
+    A liger run without a baseline partner (or the reverse) gets no row. Empty (with those columns) when
+    `use_liger` is not swept or there are no steps.
+    """
+    others = [axis for axis in swept if axis != "use_liger"]
+    columns = [*others, *_PAIR_COLUMNS]
+    if "use_liger" not in swept or steps.empty:
+        return _empty(columns)
+
+    keys = [*others, "run_number"]
+    runs = steps[["condition_id", *keys, "use_liger"]].drop_duplicates(["condition_id", "run_number"])
+    is_liger = _truthy(runs["use_liger"])
+    liger = runs[is_liger].drop(columns="use_liger").rename(columns={"condition_id": "liger_condition_id"})
+    base = runs[~is_liger].drop(columns="use_liger").rename(columns={"condition_id": "baseline_condition_id"})
+    pairs = liger.merge(base, on=keys, how="inner").reset_index(drop=True)
+    if pairs.empty:
+        return _empty(columns)
+    pairs["_pair"] = np.arange(len(pairs))
+
+    losses = steps.loc[steps["loss"].notna(), ["condition_id", "run_number", "step", "loss"]]
+    liger_losses = losses.rename(columns={"condition_id": "liger_condition_id", "loss": "liger_loss"})
+    base_losses = losses.rename(columns={"condition_id": "baseline_condition_id", "loss": "baseline_loss"})
+    compared = (
+        pairs[["_pair", "run_number", "liger_condition_id", "baseline_condition_id"]]
+        .merge(liger_losses, on=["liger_condition_id", "run_number"])
+        .merge(base_losses, on=["baseline_condition_id", "run_number", "step"])
+    )
+
+    liger_loss = compared["liger_loss"].to_numpy(dtype=float)
+    base_loss = compared["baseline_loss"].to_numpy(dtype=float)
+    abs_diff = np.abs(liger_loss - base_loss)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_diff = np.where(abs_diff == 0, 0.0, abs_diff / np.abs(base_loss))
+    divergent = ~np.isclose(liger_loss, base_loss, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    per_step = pd.DataFrame(
+        {
+            "_pair": compared["_pair"].to_numpy(),
+            "abs_diff": abs_diff,
+            "rel_diff": rel_diff,
+            "divergent_step": compared["step"].where(divergent).to_numpy(dtype=float),
+        }
+    )
+    stats = per_step.groupby("_pair").agg(
+        steps_compared=("abs_diff", "size"),
+        max_abs_diff=("abs_diff", "max"),
+        max_rel_diff=("rel_diff", "max"),
+        first_divergent_step=("divergent_step", "min"),
+    )
+
+    out = pairs.merge(stats, left_on="_pair", right_index=True, how="left")
+    out["steps_compared"] = out["steps_compared"].fillna(0).astype(int)
+    out["first_divergent_step"] = out["first_divergent_step"].astype("Int64")
+    out["verdict"] = np.select(
+        [out["steps_compared"] == 0, out["first_divergent_step"].notna().to_numpy(dtype=bool)],
+        [NO_OVERLAP, DIVERGED],
+        default=MATCH,
+    )
+    return out.sort_values(["_pair"])[columns].reset_index(drop=True)
+
+
+def parity_summary(parity: pd.DataFrame) -> str:
+    """One plain-text line for a report: how many pairs match, or the first divergence."""
+    if parity.empty:
+        return "Loss parity: no liger/baseline pair to compare."
+    total = len(parity)
+    verdicts = parity["verdict"]
+    n_match, n_diverged, n_none = (int((verdicts == v).sum()) for v in (MATCH, DIVERGED, NO_OVERLAP))
+    if n_diverged:
+        diverged = parity[verdicts == DIVERGED]
+        first = diverged.loc[diverged["first_divergent_step"].astype(float).idxmin()]
+        others = [c for c in parity.columns if c not in _PAIR_COLUMNS]
+        where = ", ".join([*(f"{axis}={first[axis]}" for axis in others), f"run {first['run_number']}"])
+        head = (
+            f"{n_diverged} of {total} {_plural(total, 'pair')} diverged "
+            f"(first at step {first['first_divergent_step']}: {where})"
+        )
+    elif n_match:
+        verb = "matches" if n_match == 1 else "match"
+        head = (
+            f"{n_match} liger/baseline {_plural(n_match, 'pair')} {verb} within atol {LOSS_ATOL:g}, rtol {LOSS_RTOL:g}"
+        )
+    else:
+        return f"Loss parity: none of {total} liger/baseline {_plural(total, 'pair')} has a common step with a loss."
+    tail = f"; {n_none} of {total} had no common step with a loss" if n_none else ""
+    return f"Loss parity: {head}{tail}."
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else f"{word}s"
+
+
+def _truthy(values: pd.Series) -> pd.Series:
+    """`use_liger` as booleans, also when it went through a CSV as the strings "True"/"False"."""
+    return values.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0"}).astype(bool)
+
+
+_EMPTY_DTYPES = {
+    "run_number": "int64",
+    "steps_compared": "int64",
+    "max_abs_diff": "float64",
+    "max_rel_diff": "float64",
+    "first_divergent_step": "Int64",
+}
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({column: pd.Series(dtype=_EMPTY_DTYPES.get(column, object)) for column in columns})
