@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("trl_sft", "plain_loop")
+BACKENDS = ("trl_sft", "hf_trainer", "plain_loop")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -29,7 +29,8 @@ class TrainingArgs:
     synthetic_min_words: int = 8
     synthetic_max_words: int = 48
 
-    # trl_sft: TRL's SFTTrainer (the blog's setup); plain_loop: a bare PyTorch loop (no Trainer).
+    # trl_sft: TRL's SFTTrainer (the blog's setup); hf_trainer: transformers' Trainer; plain_loop: a
+    # bare PyTorch loop (no Trainer).
     backend: str = "trl_sft"
     use_liger: bool = False
     per_device_train_batch_size: int = 1

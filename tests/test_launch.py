@@ -61,10 +61,11 @@ def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_
     assert "mfu" not in result.metrics  # no peak for a CPU
 
 
-def test_plain_loop_arms_take_their_loss_paths_and_agree(tiny_model_dir, tiny_dataset_dir, tmp_path):
+@pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer"])
+def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir, tiny_dataset_dir, tmp_path):
     results = {}
     for use_liger in (True, False):
-        args = {"backend": "plain_loop", "use_liger": use_liger, "per_device_train_batch_size": 2, "max_steps": 2}
+        args = {"backend": backend, "use_liger": use_liger, "per_device_train_batch_size": 2, "max_steps": 2}
         work_dir = tmp_path / str(use_liger)
         results[use_liger] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
         assert results[use_liger].status == "ok", results[use_liger].error_tail

@@ -1,0 +1,53 @@
+"""transformers' Trainer on the same tokenized examples as the plain loop.
+
+Both arms take the loss from the model's own forward, so the liger arm uses Liger's fused linear
+cross entropy (with Liger's defaults) and the baseline transformers' cross entropy on the logits,
+exactly as in the plain loop: the difference between the two backends is the Trainer itself.
+"""
+
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from finetune_bench import sources
+from finetune_bench.backends.common import load_model
+from finetune_bench.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.backends.trainer_common import recording_callback, recording_trainer, training_arguments
+from finetune_bench.liger import loss_path
+from finetune_bench.measure import StepRecorder
+from finetune_bench.spec import TrainingArgs
+
+
+def train(
+    args: TrainingArgs,
+    dataset_dir: Path,
+    model_dir: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    recorder: StepRecorder,
+    work_dir: Path,
+) -> dict:
+    from transformers import Trainer, TrainingArguments
+
+    loaded = load_model(args, model_dir, device, dtype)
+    recorder.attach_model(loaded.model)
+    loaded.model.config.use_cache = False
+    data = tokenize_prompt_completion(
+        sources.load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length
+    )
+    trainer = recording_trainer(Trainer, recorder)(
+        model=loaded.model,
+        args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
+        train_dataset=data,
+        data_collator=partial(collate, pad_token_id=loaded.tokenizer.pad_token_id),
+        callbacks=[recording_callback(recorder)],
+    )
+    trainer.train()
+    return {
+        "loss_path": loss_path(loaded.model),
+        "liger_patches": loaded.liger_patches,
+        "random_init": loaded.random_init,
+        "attn_implementation": str(getattr(loaded.model.config, "_attn_implementation", "")),
+        "num_parameters": int(sum(p.numel() for p in loaded.model.parameters())),
+    }
