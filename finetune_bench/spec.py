@@ -45,6 +45,8 @@ class TrainingArgs:
     lr_scheduler_type: str = "cosine"
     warmup_ratio: float = 0.0
     weight_decay: float = 0.0
+    # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
+    max_grad_norm: float = 1.0
     seed: int = 42
     # `auto`: bfloat16 on a GPU, float32 on a CPU (Liger's kernels give NaN in bf16 under the Triton
     # CPU interpreter).
@@ -102,6 +104,8 @@ def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_run
             "training_args.synthetic_min_words must not exceed synthetic_max_words "
             f"({training_args.synthetic_min_words} > {training_args.synthetic_max_words})"
         )
+    if training_args.max_grad_norm < 0:
+        raise SpecError(f"training_args.max_grad_norm must not be negative, got {training_args.max_grad_norm!r}")
     if not 0 <= training_args.warmup_ratio < 1:
         raise SpecError(f"training_args.warmup_ratio must be in [0, 1), got {training_args.warmup_ratio!r}")
     if training_args.timing_warmup_steps >= training_args.max_steps:

@@ -1,7 +1,8 @@
 """A minimal hand-written training loop, the yardstick for the plain-loop backend's overhead.
 
 Random-init causal LM from a bundled architecture config, random token batches of exactly
-batch × seq tokens (no padding), AdamW, bf16 weights; step time taken with the GPU synchronized
+batch × seq tokens (no padding), gradient clipping at 1.0 (the HF Trainer's default), AdamW, bf16
+weights; step time taken with the GPU synchronized
 at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--liger]
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="0: no clipping")
     parser.add_argument("--liger", action="store_true", help="Liger's default kernels for the model type")
     opts = parser.parse_args()
 
@@ -54,6 +56,8 @@ def main() -> None:
         ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        if opts.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), opts.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
@@ -68,6 +72,7 @@ def main() -> None:
                 "arch": opts.arch,
                 "liger": opts.liger,
                 "batch": opts.batch,
+                "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,
                 "tokens_per_second": tokens * len(measured) / sum(measured),
                 "step_time_median_s": statistics.median(measured),

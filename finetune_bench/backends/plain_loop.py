@@ -1,4 +1,5 @@
-"""A plain PyTorch training loop: forward with labels, backward, optimizer step. No Trainer.
+"""A plain PyTorch training loop: forward with labels, backward, gradient clipping (as the HF
+Trainer does, `max_grad_norm`), optimizer step. No Trainer.
 
 It shows what the Trainer's own machinery costs, and it is where Liger's fused linear cross
 entropy is reachable: with Liger's defaults the model's forward computes the loss with
@@ -98,6 +99,8 @@ def train(
             loss = model(**batch).loss / args.gradient_accumulation_steps
             loss.backward()
             step_loss += loss.detach()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

@@ -21,6 +21,7 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         lr_scheduler_type=args.lr_scheduler_type,
         warmup_steps=args.warmup_ratio,  # a float below 1 is a ratio of max_steps
         weight_decay=args.weight_decay,
+        max_grad_norm=args.max_grad_norm,
         optim=args.optim,
         seed=args.seed,
         data_seed=args.seed,
