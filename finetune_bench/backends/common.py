@@ -56,3 +56,15 @@ def load_model(
     if args.use_liger:
         loaded.liger_patches = apply_liger(model, **liger_flags)
     return loaded
+
+
+def run_details(loaded: LoadedModel, loss_path: str) -> dict:
+    """What every backend reports about the model it trained (the worker files it in the result)."""
+    model = loaded.model
+    return {
+        "loss_path": loss_path,
+        "liger_patches": loaded.liger_patches,
+        "random_init": loaded.random_init,
+        "attn_implementation": str(getattr(model.config, "_attn_implementation", "")),
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+    }

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench import sources
-from finetune_bench.backends.common import load_model
+from finetune_bench.backends.common import load_model, run_details
 from finetune_bench.backends.data import collate, tokenize_prompt_completion
 from finetune_bench.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.liger import loss_path
@@ -44,10 +44,4 @@ def train(
         callbacks=[recording_callback(recorder)],
     )
     trainer.train()
-    return {
-        "loss_path": loss_path(loaded.model),
-        "liger_patches": loaded.liger_patches,
-        "random_init": loaded.random_init,
-        "attn_implementation": str(getattr(loaded.model.config, "_attn_implementation", "")),
-        "num_parameters": int(sum(p.numel() for p in loaded.model.parameters())),
-    }
+    return run_details(loaded, loss_path(loaded.model))

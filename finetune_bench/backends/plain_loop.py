@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench import faults, sources
-from finetune_bench.backends.common import load_model
+from finetune_bench.backends.common import load_model, run_details
 from finetune_bench.backends.data import collate, tokenize_prompt_completion
 from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
@@ -108,10 +108,4 @@ def train(
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step)
 
-    return {
-        "loss_path": loss_path(model),
-        "liger_patches": loaded.liger_patches,
-        "random_init": loaded.random_init,
-        "attn_implementation": str(getattr(model.config, "_attn_implementation", "")),
-        "num_parameters": int(sum(p.numel() for p in model.parameters())),
-    }
+    return run_details(loaded, loss_path(model))
