@@ -93,7 +93,8 @@ def steps_table(results: list[ConditionResult | None], steps_files: dict[tuple[s
 
 
 def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
-    """Per condition: runs, how they ended, and the median of each headline metric over ok runs."""
+    """Per condition: runs, how they ended, the median of each headline metric over ok runs, and the
+    run-to-run spread of throughput ((max − min) / median over ok runs; 0 with a single run)."""
     keys = swept or ["condition_id"]
     ok = table[table["status"] == "ok"]
     medians = ok.groupby(keys, dropna=False)[
@@ -112,7 +113,9 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
         ok_runs=("status", lambda s: int((s == "ok").sum())),
         statuses=("status", lambda s: ", ".join(f"{k}×{v}" for k, v in s.value_counts().items())),
     )
-    return counts.join(medians).reset_index()
+    throughput = ok.groupby(keys, dropna=False)["tokens_per_second"]
+    spread = ((throughput.max() - throughput.min()) / throughput.median()).rename("tokens_per_second_spread")
+    return counts.join(medians).join(spread).reset_index()
 
 
 def liger_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:

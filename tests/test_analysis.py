@@ -70,6 +70,10 @@ def test_comparison_uses_medians_and_keeps_failed_conditions(grid):
     assert comparison.loc[8, "peak_reserved_ratio"] == pytest.approx(0.8)
     assert pd.isna(comparison.loc[16, "throughput_ratio"])
     assert comparison.loc[16, "baseline_runs"] == "oom×2"
+    summary = condition_summary(table, SWEPT).set_index(SWEPT)
+    assert summary.loc[(False, 8), "tokens_per_second_spread"] == pytest.approx(1 / 8000.5)
+    assert summary.loc[(True, 8), "tokens_per_second_spread"] == 0  # one ok run left
+    assert pd.isna(summary.loc[(False, 16), "tokens_per_second_spread"])  # no ok run
 
 
 def test_report_marks_failures_and_says_where_it_ran(grid):
