@@ -7,6 +7,7 @@ time is the wall time from the end of the previous step to the end of this one (
 forward, backward, optimizer and logging included).
 """
 
+import gc
 import logging
 import os
 import platform
@@ -29,6 +30,9 @@ STEP_COLUMNS = (
     "loss",
     "peak_allocated_bytes",
     "peak_reserved_bytes",
+    "gc_time_s",
+    "cuda_mallocs",
+    "cuda_malloc_retries",
     "is_warmup",
 )
 
@@ -44,6 +48,33 @@ class StepRecord:
     is_warmup: bool
     model_flops: float | None = None
     loss: float | None = None
+    # What explains a slow step: time in Python's garbage collector, and how often the CUDA caching
+    # allocator had to call cudaMalloc, or free its cache and retry (both synchronize the device).
+    gc_time_s: float = 0.0
+    cuda_mallocs: int | None = None
+    cuda_malloc_retries: int | None = None
+
+
+class GcTimer:
+    """Total time spent in Python's garbage collector while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._start: float | None = None
+
+    def __call__(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.total_s += time.perf_counter() - self._start
+            self._start = None
+
+    def install(self) -> None:
+        gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
 
 
 class NvmlPeakSampler:
@@ -110,6 +141,9 @@ class StepRecorder:
     _flops_fixed: float | None = None
     _flops_per_seq_len: float = 0.0
     _flops: float = 0.0
+    _gc: GcTimer = field(default_factory=GcTimer)
+    _gc_at_last_end: float = 0.0
+    _allocator_at_last_end: tuple[int, int] = (0, 0)
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.flops`) for `model`."""
@@ -126,6 +160,11 @@ class StepRecorder:
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
+    def _allocator_counts(self) -> tuple[int, int]:
+        """cudaMalloc calls and free-the-cache-and-retry events so far."""
+        stats = torch.cuda.memory_stats(self.device)
+        return int(stats.get("num_device_alloc", 0)), int(stats.get("num_alloc_retries", 0))
+
     def begin_training(self) -> None:
         """Record the memory held before the first step (weights, optimizer state if built) and start the clock."""
         self._sync()
@@ -141,6 +180,9 @@ class StepRecorder:
             except Exception as exc:  # no NVML (driver, library) means no driver-side figure, said in the log
                 logger.warning("NVML unavailable, no driver-side memory figure: %s", exc)
                 self._nvml = None
+            self._allocator_at_last_end = self._allocator_counts()
+        self._gc.install()
+        self._gc_at_last_end = self._gc.total_s
         self._last_end = time.perf_counter()
 
     def add_batch(self, attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> None:
@@ -158,8 +200,16 @@ class StepRecorder:
         now = time.perf_counter()
         peak_alloc = torch.cuda.max_memory_allocated(self.device) if self._cuda else None
         peak_reserved = torch.cuda.max_memory_reserved(self.device) if self._cuda else None
+        mallocs = retries = None
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+            counts = self._allocator_counts()
+            mallocs, retries = (
+                now_n - last_n for now_n, last_n in zip(counts, self._allocator_at_last_end, strict=True)
+            )
+            self._allocator_at_last_end = counts
+        gc_time = self._gc.total_s - self._gc_at_last_end
+        self._gc_at_last_end = self._gc.total_s
         index = len(self.steps)
         self.steps.append(
             StepRecord(
@@ -171,6 +221,9 @@ class StepRecorder:
                 peak_reserved_bytes=peak_reserved,
                 is_warmup=index < self.warmup_steps,
                 model_flops=self._flops if self._flops_fixed is not None else None,
+                gc_time_s=gc_time,
+                cuda_mallocs=mallocs,
+                cuda_malloc_retries=retries,
             )
         )
         self._tokens = self._padded = 0
@@ -179,6 +232,7 @@ class StepRecorder:
 
     def end_training(self) -> None:
         """Stop background sampling (call once, whatever way training ended)."""
+        self._gc.remove()
         if self._nvml is not None:
             self._nvml_summary = self._nvml.stop()
             self._nvml = None

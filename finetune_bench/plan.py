@@ -4,7 +4,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from finetune_bench.spec import ExperimentArgs, TrainingArgs, swept_axes, validate
+from finetune_bench.spec import ExperimentArgs, TrainingArgs, swept_axes, validate, validate_condition
 
 
 @dataclass
@@ -32,6 +32,8 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
     validate(experiment_args, training_args, n_runs)
     axes = swept_axes(experiment_args)
     grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    for point in grid:
+        validate_condition(dataclasses.replace(training_args, **point), point)
     return [
         PlannedRun(
             condition_id=condition_id(point),

@@ -10,6 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BACKENDS = ("trl_sft", "hf_trainer", "plain_loop")
+# How the loss is computed (see `TrainingArgs.criterion`); the first is the default.
+CRITERIA = ("model", "trl", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy")
+# The criteria a backend can run.
+BACKEND_CRITERIA = {
+    "trl_sft": ("model", "trl"),
+    "hf_trainer": ("model",),
+    "plain_loop": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+}
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -33,6 +41,13 @@ class TrainingArgs:
     # bare PyTorch loop (no Trainer).
     backend: str = "trl_sft"
     use_liger: bool = False
+    # The loss. `model`: the model's forward computes it from the labels (transformers' cross entropy
+    # on the full logits; Liger's fused linear cross entropy, no logits materialized, in a liger arm).
+    # `trl`: TRL's own chunked LM-head loss (trl_sft only; what TRL 1.16 does by default, whatever
+    # Liger does). `torch_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`:
+    # computed by the plain loop from the logits (or, fused, from the last hidden states and the LM
+    # head's weight). With any criterion but `model`, a liger arm swaps the layer kernels only.
+    criterion: str = "model"
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     max_seq_length: int = 32
@@ -66,6 +81,7 @@ class ExperimentArgs:
     per_device_train_batch_size: list[int] = field(default_factory=lambda: [1, 2])
     max_seq_length: list[int] = field(default_factory=list)
     backend: list[str] = field(default_factory=list)
+    criterion: list[str] = field(default_factory=list)
 
 
 class SpecError(ValueError):
@@ -124,7 +140,7 @@ _POSITIVE_INTS = {
     "synthetic_min_words",
     "synthetic_max_words",
 }
-_CHOICES = {"backend": BACKENDS, "dtype": DTYPES, "device": DEVICES}
+_CHOICES = {"backend": BACKENDS, "criterion": CRITERIA, "dtype": DTYPES, "device": DEVICES}
 
 
 def _check_value(key: str, name: str, value: Any) -> None:
@@ -142,3 +158,15 @@ def _check_value(key: str, name: str, value: Any) -> None:
         raise SpecError(f"{key} must be one of {list(_CHOICES[name])}, got {value!r}")
     if name == "learning_rate" and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
+
+
+def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> None:
+    """Reject a combination of settings that cannot run together; `swept` names the condition's swept
+    values, so the message says which point of the grid is at fault."""
+    backend, criterion = training_args.backend, training_args.criterion
+    if criterion not in BACKEND_CRITERIA[backend]:
+        where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
+        raise SpecError(
+            f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
+            f"backend {backend!r} takes criterion {list(BACKEND_CRITERIA[backend])}"
+        )

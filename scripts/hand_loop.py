@@ -78,6 +78,7 @@ def main() -> None:
                 "step_time_median_s": statistics.median(measured),
                 "peak_allocated_gib": torch.cuda.max_memory_allocated() / 1024**3,
                 "peak_reserved_gib": torch.cuda.max_memory_reserved() / 1024**3,
+                "step_times_s": [round(t, 4) for t in times],
                 "gpu": torch.cuda.get_device_name(),
             }
         )

@@ -43,7 +43,9 @@ def test_a_hang_ends_as_timeout(monkeypatch, tmp_path):
 
 
 def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_path):
-    result = run_in_child(planned(max_steps=3), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
+    result = run_in_child(
+        planned(max_steps=3, criterion="trl"), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300
+    )
     assert result.status == "ok", result.error_tail
     steps = pd.read_csv(result.steps_file)
     assert list(steps["step"]) == [1, 2, 3]
@@ -61,7 +63,7 @@ def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_
     assert "mfu" not in result.metrics  # no peak for a CPU
 
 
-@pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer"])
+@pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer", "trl_sft"])
 def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir, tiny_dataset_dir, tmp_path):
     results = {}
     for use_liger in (True, False):
@@ -76,6 +78,25 @@ def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir
     assert "LigerRMSNorm" in results[True].liger_patches and not results[False].liger_patches
     # fp32 on a CPU: Liger's kernels (interpreted) match eager PyTorch closely
     assert results[True].metrics["final_loss"] == pytest.approx(results[False].metrics["final_loss"], rel=1e-4)
+
+
+def test_plain_loop_criteria_agree_and_keep_the_layer_kernels(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    """The custom-loop notebook's three criteria, in a liger arm: the same loss to fp32 precision."""
+    results = {}
+    for criterion in ("torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy", "model"):
+        args = {"backend": "plain_loop", "use_liger": True, "criterion": criterion, "max_steps": 2}
+        run = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, tmp_path / criterion, timeout_s=300)
+        assert run.status == "ok", run.error_tail
+        results[criterion] = run
+    for criterion in ("torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"):
+        assert results[criterion].loss_path == criterion
+        # the criterion is the only loss kernel: Liger's arm kept its layer kernels, not its fused forward
+        assert "LigerRMSNorm" in results[criterion].liger_patches
+        assert "fused_linear_cross_entropy_forward" not in results[criterion].liger_patches
+        assert results[criterion].metrics["final_loss"] == pytest.approx(
+            results["model"].metrics["final_loss"], rel=1e-4
+        )
+    assert results["model"].loss_path == "liger_fused_linear_cross_entropy"
 
 
 def test_oom_mid_training_keeps_the_steps_done(monkeypatch, tiny_model_dir, tiny_dataset_dir, tmp_path):

@@ -60,3 +60,13 @@ def test_unswept_axis_keeps_training_value():
 def test_bad_inputs_name_the_key(experiment, training, n_runs, key):
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         plan_runs(experiment, training, n_runs)
+
+
+def test_a_criterion_its_backend_cannot_run_is_rejected_with_the_condition():
+    experiment = ExperimentArgs(backend=["trl_sft", "plain_loop"], criterion=["trl"])
+    with pytest.raises(SpecError, match=r"criterion 'trl' does not run with backend 'plain_loop'.*backend=plain_loop"):
+        plan_runs(experiment, TrainingArgs(), 1)
+    runs = plan_runs(
+        ExperimentArgs(backend=["plain_loop"], criterion=["model", "liger_cross_entropy"]), TrainingArgs(), 1
+    )
+    assert [r.training_args.criterion for r in runs] == ["model", "liger_cross_entropy"] * 4

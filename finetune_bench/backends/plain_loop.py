@@ -1,10 +1,11 @@
-"""A plain PyTorch training loop: forward with labels, backward, gradient clipping (as the HF
-Trainer does, `max_grad_norm`), optimizer step. No Trainer.
+"""A plain PyTorch training loop: forward, loss, backward, gradient clipping (as the HF Trainer
+does, `max_grad_norm`), optimizer step. No Trainer.
 
-It shows what the Trainer's own machinery costs, and it is where Liger's fused linear cross
-entropy is reachable: with Liger's defaults the model's forward computes the loss with
-LigerFusedLinearCrossEntropy (no logits materialized); the baseline computes logits and
-transformers' cross entropy.
+It shows what the Trainer's own machinery costs. With `criterion: model` the model's forward
+computes the loss from the labels: Liger's fused linear cross entropy (no logits materialized) in a
+liger arm, transformers' cross entropy on the logits in the baseline. The other criteria are
+computed here, whatever the arm: torch's cross entropy or Liger's on the logits, or Liger's fused
+linear cross entropy on the last hidden states and the LM head's weight.
 
 Data are the same prompt/completion examples as the Trainer backends, tokenized the same way
 (prompt + completion + EOS, truncated to max_seq_length, loss on completion tokens only), padded
@@ -12,13 +13,15 @@ per batch to the longest example.
 """
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from finetune_bench import faults, sources
 from finetune_bench.backends.common import load_model, run_details
-from finetune_bench.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.backends.data import IGNORE_INDEX, collate, tokenize_prompt_completion
 from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
 from finetune_bench.spec import TrainingArgs
@@ -47,6 +50,49 @@ def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) 
     return optimizer_cls([g for g in groups if g["params"]], **optimizer_kwargs)
 
 
+LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def next_token_labels(labels: torch.Tensor) -> torch.Tensor:
+    """The label each position predicts (the next token's), flattened, as transformers shifts them."""
+    return F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].reshape(-1)
+
+
+def loss_function(criterion: str) -> LossFunction:
+    """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
+    if criterion == "model":
+        return lambda model, batch: model(**batch).loss
+    if criterion == "liger_fused_linear_cross_entropy":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        def fused(model, batch):
+            backbone = getattr(model, model.base_model_prefix)
+            hidden = backbone(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            hidden = hidden.reshape(-1, hidden.shape[-1])
+            lm_head = model.get_output_embeddings()
+            loss = LigerFusedLinearCrossEntropyLoss(softcap=getattr(model.config, "final_logit_softcapping", None))
+            return loss(lm_head.weight, hidden, next_token_labels(batch["labels"]), lm_head.bias)
+
+        return fused
+    if criterion == "liger_cross_entropy":
+        from liger_kernel.transformers import LigerCrossEntropyLoss
+
+        on_logits = LigerCrossEntropyLoss()
+    elif criterion == "torch_cross_entropy":
+
+        def on_logits(logits, labels):  # in float32, as transformers computes its loss
+            return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+
+    else:
+        raise ValueError(f"the plain loop has no criterion {criterion!r}")
+
+    def from_logits(model, batch):
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return on_logits(logits.reshape(-1, logits.shape[-1]), next_token_labels(batch["labels"]))
+
+    return from_logits
+
+
 def train(
     args: TrainingArgs,
     dataset_dir: Path,
@@ -58,7 +104,13 @@ def train(
 ) -> dict:
     from transformers import get_scheduler
 
-    loaded = load_model(args, model_dir, device, dtype)
+    if args.criterion == "model":
+        loaded = load_model(args, model_dir, device, dtype)
+        path = loss_path(loaded.model)
+    else:  # the criterion is the loss: Liger's arm must not swap in a second one
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+        path = args.criterion
+    compute_loss = loss_function(args.criterion)
     model, tokenizer = loaded.model, loaded.tokenizer
     recorder.attach_model(model)
     if args.gradient_checkpointing:
@@ -96,7 +148,7 @@ def train(
         for _ in range(args.gradient_accumulation_steps):
             batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
             recorder.add_batch(batch["attention_mask"], batch["input_ids"])
-            loss = model(**batch).loss / args.gradient_accumulation_steps
+            loss = compute_loss(model, batch) / args.gradient_accumulation_steps
             loss.backward()
             step_loss += loss.detach()
         if args.max_grad_norm > 0:
@@ -108,4 +160,4 @@ def train(
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step)
 
-    return run_details(loaded, loss_path(model))
+    return run_details(loaded, path)

@@ -1,8 +1,11 @@
 """TRL's SFTTrainer on prompt/completion data (completion-only loss): the blog's setup.
 
-TRL 1.16 computes the loss with its own chunked LM-head log-probabilities whatever Liger does,
-so a liger arm here replaces the layer kernels (RoPE, RMSNorm, SwiGLU/GeGLU) only; the loss path
-is recorded as `trl_chunked_lm_head` for both arms.
+TRL 1.16 computes the loss with its own chunked LM-head log-probabilities, whatever Liger does.
+`criterion: model` (the default) takes the loss from the model's own forward instead, as
+transformers' Trainer and TRL before 1.0 did: the baseline is transformers' cross entropy on the
+full logits and the liger arm Liger's fused linear cross entropy, as in the blog. `criterion: trl`
+keeps TRL's loss for both arms; its liger arm then replaces the layer kernels (RoPE, RMSNorm,
+SwiGLU/GeGLU) only.
 """
 
 from pathlib import Path
@@ -12,10 +15,11 @@ import torch
 from finetune_bench import sources
 from finetune_bench.backends.common import load_model, run_details
 from finetune_bench.backends.trainer_common import recording_callback, recording_trainer, training_arguments
+from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
 from finetune_bench.spec import TrainingArgs
 
-LOSS_PATH = "trl_chunked_lm_head"
+TRL_LOSS_PATH = "trl_chunked_lm_head"
 
 
 def train(
@@ -27,9 +31,24 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
+    from transformers import Trainer
     from trl import SFTConfig, SFTTrainer
 
-    loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    if args.criterion == "trl":
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+        path, trainer_class = TRL_LOSS_PATH, SFTTrainer
+    else:
+        loaded = load_model(args, model_dir, device, dtype)
+        # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
+        # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
+        path = loss_path(loaded.model)
+
+        class ModelLossSFTTrainer(SFTTrainer):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                inputs["use_cache"] = False
+                return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+        trainer_class = ModelLossSFTTrainer
     recorder.attach_model(loaded.model)
     dataset = sources.load_prompt_completion(dataset_dir)
     config = SFTConfig(
@@ -38,7 +57,7 @@ def train(
         packing=False,
         dataset_num_proc=None,
     )
-    trainer = recording_trainer(SFTTrainer, recorder)(
+    trainer = recording_trainer(trainer_class, recorder)(
         model=loaded.model,
         args=config,
         train_dataset=dataset,
@@ -46,4 +65,4 @@ def train(
         callbacks=[recording_callback(recorder)],
     )
     trainer.train()
-    return run_details(loaded, LOSS_PATH)
+    return run_details(loaded, path)
