@@ -96,6 +96,28 @@ def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     return out.sort_values(["_pair"])[columns].reset_index(drop=True)
 
 
+def with_loss_parity(table: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:
+    """`table` (one row per run) with a `loss_parity` column: the verdict of the pair each run belongs to
+    (a liger run and its baseline get the same one), empty for a run in no pair."""
+    verdicts = pd.concat(
+        [
+            parity[[f"{arm}_condition_id", "run_number", "verdict"]].rename(
+                columns={f"{arm}_condition_id": "condition_id", "verdict": "loss_parity"}
+            )
+            for arm in ("liger", "baseline")
+        ]
+    )
+    # A baseline paired with several liger runs (another axis swept on the liger side only) keeps the worst verdict.
+    verdicts = verdicts.sort_values("loss_parity", key=lambda v: v != DIVERGED).drop_duplicates(
+        ["condition_id", "run_number"]
+    )
+    out = table.drop(columns="loss_parity", errors="ignore").merge(
+        verdicts, on=["condition_id", "run_number"], how="left"
+    )
+    out["loss_parity"] = out["loss_parity"].fillna("")
+    return out
+
+
 def parity_summary(parity: pd.DataFrame) -> str:
     """One plain-text line for a report: how many pairs match, or the first divergence."""
     if parity.empty:

@@ -19,6 +19,7 @@ import yaml
 from finetune_bench import sources
 from finetune_bench.analyze import results_table, steps_table
 from finetune_bench.launch import run_in_child
+from finetune_bench.parity import loss_parity, with_loss_parity
 from finetune_bench.plan import plan_runs
 from finetune_bench.report import build_report
 from finetune_bench.spec import ExperimentArgs, TrainingArgs
@@ -74,6 +75,7 @@ def main() -> None:
         )
         table = results_table(planned, results + [None] * (len(planned) - len(results)))
         steps = steps_table(results, steps_files)
+        table = with_loss_parity(table, loss_parity(steps, planned[0].swept_axes))
         table.to_csv(opts.out / "results.csv", index=False)
         steps.to_csv(opts.out / "steps.csv", index=False)
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})

@@ -10,6 +10,7 @@ from flytekit import Deck, current_context, task
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analyze import results_table, steps_table
+from finetune_bench.parity import loss_parity, with_loss_parity
 from finetune_bench.plan import PlannedRun
 from finetune_bench.report import build_report
 from images import analysis_image
@@ -33,6 +34,7 @@ def analyze_results(
     table = results_table(planned, results)
     steps = steps_table(results, steps_files)
     swept = planned[0].swept_axes if planned else []
+    table = with_loss_parity(table, loss_parity(steps, swept))
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
     report = build_report(table, swept, environment, steps)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finetune_bench.parity import LOSS_ATOL, LOSS_RTOL, loss_parity, parity_summary
+from finetune_bench.parity import LOSS_ATOL, LOSS_RTOL, loss_parity, parity_summary, with_loss_parity
 
 SWEPT = ["use_liger", "per_device_train_batch_size"]
 N_STEPS = 10
@@ -112,6 +112,24 @@ def test_large_perturbation_diverges_at_its_step_in_the_right_pair():
     assert row["max_abs_diff"] == pytest.approx(0.5)
     assert row["steps_compared"] == N_STEPS
     assert (parity.drop(diverged.index)["verdict"] == "match").all()
+
+
+def test_results_table_gets_each_runs_pair_verdict():
+    def perturb(batch_size, run_number, losses):
+        if batch_size == 16 and run_number == 1:
+            losses[6] += 0.5
+
+    steps = grid(perturb, batch_sizes=(8, 16))
+    runs = steps[["condition_id", "run_number"]].drop_duplicates().reset_index(drop=True)
+    unpaired = pd.DataFrame({"condition_id": ["use_liger=True,per_device_train_batch_size=32"], "run_number": [0]})
+    table = with_loss_parity(pd.concat([runs, unpaired], ignore_index=True), loss_parity(steps, SWEPT))
+    verdict = table.set_index(["condition_id", "run_number"])["loss_parity"]
+    assert verdict[("use_liger=True,per_device_train_batch_size=16", 1)] == "diverged"
+    assert verdict[("use_liger=False,per_device_train_batch_size=16", 1)] == "diverged"
+    assert verdict[("use_liger=True,per_device_train_batch_size=16", 0)] == "match"
+    assert verdict[("use_liger=False,per_device_train_batch_size=8", 1)] == "match"
+    assert verdict[("use_liger=True,per_device_train_batch_size=32", 0)] == ""
+    assert len(table) == len(runs) + 1
 
 
 def test_divergence_uses_the_isclose_rule_relative_to_the_baseline():
