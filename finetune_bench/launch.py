@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 
 from finetune_bench.cpu_triton import INTERPRETER_ENV
+from finetune_bench.faults import RUN_ENV
 from finetune_bench.plan import PlannedRun
 from finetune_bench.results import ConditionResult
 from finetune_bench.worker import ERROR_TAIL_LINES, RESULT_FILE, STEPS_FILE
 
 LOG_FILE = "child.log"
+# flytekit hands a task its secrets as environment variables with this prefix.
+SECRET_ENV_PREFIX = "_FSEC_"
 _OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _KILL_GRACE_S = 10
 
@@ -38,8 +41,10 @@ def _needs_triton_interpreter(run: PlannedRun) -> bool:
 
 
 def child_env(run: PlannedRun) -> dict[str, str]:
-    """The child's environment: ours, the package importable, the Triton interpreter on a CPU."""
-    env = dict(os.environ)
+    """The child's environment: ours without Flyte's secrets (it reads none), the package importable,
+    the Triton interpreter on a CPU, and which run it is (for the test-only faults)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(SECRET_ENV_PREFIX)}
+    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -9,6 +9,7 @@ forward, backward, optimizer and logging included).
 
 import gc
 import logging
+import math
 import os
 import platform
 import resource
@@ -53,6 +54,10 @@ class StepRecord:
     gc_time_s: float = 0.0
     cuda_mallocs: int | None = None
     cuda_malloc_retries: int | None = None
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss."""
 
 
 class GcTimer:
@@ -238,8 +243,11 @@ class StepRecorder:
             self._nvml = None
 
     def record_loss(self, step: int, loss: float) -> None:
+        """Keep step `step`'s loss; a NaN or infinite loss ends the run (NonFiniteLoss): what follows is noise."""
         if 1 <= step <= len(self.steps):
             self.steps[step - 1].loss = loss
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the loss is {loss} at step {step}")
 
     def step_rows(self) -> list[dict]:
         return [{name: getattr(s, name) for name in STEP_COLUMNS} for s in self.steps]

@@ -17,7 +17,7 @@ from finetune_bench.parity import DIVERGED, loss_parity, parity_summary  # noqa:
 
 ARM_COLUMN = "arm"
 ARM_PALETTE = {"baseline": "#4C72B0", "liger": "#DD8452"}
-FAILED_STATUSES_MARK = {"oom": "OOM", "error": "ERR", "timeout": "T/O", "lost": "LOST"}
+FAILED_STATUSES_MARK = {"oom": "OOM", "error": "ERR", "timeout": "T/O", "nonfinite": "NaN", "lost": "LOST"}
 
 CPU_WARNING = (
     "These runs happened on a CPU. Their timings say nothing about Liger's speed: on a CPU the "
@@ -198,7 +198,8 @@ def build_report(
             )
         )
     note = (
-        "<p>Bars: median over repeats; error bars: min–max. OOM / ERR / T/O / LOST mark conditions with no ok run.</p>"
+        "<p>Bars: median over repeats; error bars: min–max. "
+        "OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>"
     )
     sections["Figures"] = note + "\n".join(figures)
 
@@ -208,7 +209,8 @@ def build_report(
             "<p>Each liger run against the baseline run with the same other settings and run number "
             "(same seed, same data order), step by step.</p>" + _table_html(parity)
         )
-    run_columns = [c for c in table.columns if c not in ("error_tail",)]
+    # Whether a run was reused from the results store is bookkeeping: a resumed grid reports like an uninterrupted one.
+    run_columns = [c for c in table.columns if c not in ("error_tail", "reused")]
     sections["Runs"] = _table_html(table[run_columns])
     failures = table[table["status"] != "ok"]
     if failures.empty:

@@ -4,7 +4,8 @@ from dataclasses import dataclass, field
 
 from finetune_bench.spec import TrainingArgs
 
-STATUSES = ("ok", "oom", "error", "timeout")
+# nonfinite: the loss became NaN or infinite (the run stops there; its steps so far are kept).
+STATUSES = ("ok", "oom", "error", "timeout", "nonfinite")
 # A run the orchestrator lost (the task itself failed, so no record came back).
 LOST = "lost"
 
@@ -26,3 +27,5 @@ class ConditionResult:
     wall_time_s: float = 0.0
     # Local path of the per-step CSV ("" when the run recorded no step).
     steps_file: str = ""
+    # True when the result was taken from the results store instead of being measured again.
+    reused: bool = False

@@ -33,6 +33,11 @@ def cache_root() -> Path:
     return Path(root)
 
 
+def default_results_store() -> Path:
+    """Where finished runs are kept when the inputs name no `results_store`."""
+    return cache_root() / "results"
+
+
 def architectures() -> list[str]:
     """Names accepted after `random:`, one per bundled config file (the single source of that list)."""
     return sorted(p.stem for p in ARCHITECTURES_DIR.glob("*.json"))

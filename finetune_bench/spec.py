@@ -6,7 +6,10 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 """
 
 import dataclasses
+import difflib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 BACKENDS = ("trl_sft", "hf_trainer", "plain_loop")
@@ -22,9 +25,41 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
 
 
+class StrictFromJson:
+    """`from_json` that rejects unknown keys and values of the wrong type, naming them.
+
+    flytekit's CLI (`pyflyte run` / `union run` with `--inputs-file` or a JSON argument) builds a
+    dataclass input with `from_json` when the class has one; without it, unknown nested keys are
+    dropped silently and "4096" or 4096.7 become 4096.
+    """
+
+    SECTION = ""
+
+    @classmethod
+    def from_json(cls, text: str, **_):
+        data = json.loads(text)
+        try:
+            check_section(cls, cls.SECTION, data)
+            value = cls(**data)
+            value.check()
+        except SpecError as exc:
+            import click  # only the CLI calls this: it prints a click error as one line, no traceback
+
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    def check(self) -> None:
+        """The checks that need only this section."""
+
+
 @dataclass
-class TrainingArgs:
+class TrainingArgs(StrictFromJson):
     """One condition's settings. Defaults are the offline CPU smoke test."""
+
+    SECTION = "training_args"
+
+    def check(self) -> None:
+        validate_training_args(self)
 
     # What to train and on what. A model is a hub id, a local directory, or `random:<architecture>`
     # (a random-init model built from a bundled config, see `finetune_bench.sources.architectures`).
@@ -71,11 +106,16 @@ class TrainingArgs:
 
 
 @dataclass
-class ExperimentArgs:
+class ExperimentArgs(StrictFromJson):
     """The swept settings: each field lists values of the `TrainingArgs` field of the same name.
 
     An empty list means "not swept": the value in `TrainingArgs` is used.
     """
+
+    SECTION = "experiment_args"
+
+    def check(self) -> None:
+        validate_experiment_args(self)
 
     use_liger: list[bool] = field(default_factory=lambda: [True, False])
     per_device_train_batch_size: list[int] = field(default_factory=lambda: [1, 2])
@@ -86,6 +126,31 @@ class ExperimentArgs:
 
 class SpecError(ValueError):
     """An input that cannot be run; the message names the offending key and value."""
+
+
+def closest(name: str, valid: list[str]) -> str:
+    """` (did you mean 'x'?)` for the closest valid name, or nothing."""
+    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+    if not match:  # a prefix or a fragment: `dataset` for `dataset_name`
+        match = [v for v in valid if v.startswith(name) or name in v][:1]
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_section(cls: type, section: str, data: Any) -> None:
+    """Reject unknown keys and wrongly typed values of one inputs section (`training_args` or `experiment_args`)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key, value in data.items():
+        if key not in valid:
+            raise SpecError(f"{section}.{key} is not a setting{closest(str(key), valid)}")
+        if cls is ExperimentArgs:
+            if not isinstance(value, list):
+                raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
+            for element in value:
+                _check_value(f"{section}.{key}", key, element)
+        else:
+            _check_value(f"{section}.{key}", key, value)
 
 
 def axis_names() -> list[str]:
@@ -100,10 +165,18 @@ def swept_axes(experiment_args: ExperimentArgs) -> dict[str, list[Any]]:
 
 def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> None:
     """Reject inputs that cannot run, naming the key. Called before any training starts."""
-    training_fields = {f.name: f for f in dataclasses.fields(TrainingArgs)}
+    training_fields = {f.name for f in dataclasses.fields(TrainingArgs)}
     for name in axis_names():
         if name not in training_fields:
             raise SpecError(f"experiment_args.{name} has no matching training_args field")
+    validate_experiment_args(experiment_args)
+    validate_training_args(training_args)
+    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or n_runs <= 0:
+        raise SpecError(f"n_runs must be a positive integer, got {n_runs!r}")
+
+
+def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
+    for name in axis_names():
         values = getattr(experiment_args, name)
         if not isinstance(values, list):
             raise SpecError(f"experiment_args.{name} must be a list of values, got {values!r}")
@@ -111,10 +184,12 @@ def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_run
             raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
         for value in values:
             _check_value(f"experiment_args.{name}", name, value)
-    for name in training_fields:
-        _check_value(f"training_args.{name}", name, getattr(training_args, name))
-    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or n_runs <= 0:
-        raise SpecError(f"n_runs must be a positive integer, got {n_runs!r}")
+
+
+def validate_training_args(training_args: TrainingArgs) -> None:
+    """Every field's type and range, the fields that constrain each other, and the model and data sources."""
+    for f in dataclasses.fields(TrainingArgs):
+        _check_value(f"training_args.{f.name}", f.name, getattr(training_args, f.name))
     if training_args.synthetic_min_words > training_args.synthetic_max_words:
         raise SpecError(
             "training_args.synthetic_min_words must not exceed synthetic_max_words "
@@ -129,6 +204,58 @@ def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_run
             f"training_args.timing_warmup_steps ({training_args.timing_warmup_steps}) must be below "
             f"max_steps ({training_args.max_steps}): no step would be measured"
         )
+    _check_sources(training_args)
+
+
+def validate_run_settings(concurrency: int, min_success_ratio: float, condition_timeout_s: int) -> None:
+    """The workflow's own settings."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise SpecError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if isinstance(min_success_ratio, bool) or not 0 < min_success_ratio <= 1:
+        raise SpecError(f"min_success_ratio must be in (0, 1], got {min_success_ratio!r}")
+    if isinstance(condition_timeout_s, bool) or not isinstance(condition_timeout_s, int) or condition_timeout_s <= 0:
+        raise SpecError(f"condition_timeout_s must be a positive number of seconds, got {condition_timeout_s!r}")
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~"))
+
+
+def _check_sources(training_args: TrainingArgs) -> None:
+    from finetune_bench import sources
+
+    model = training_args.model_name
+    if model.startswith(sources.RANDOM_PREFIX):
+        arch, known = model.removeprefix(sources.RANDOM_PREFIX), sources.architectures()
+        if arch not in known:
+            raise SpecError(
+                f"training_args.model_name: no bundled architecture {arch!r}{closest(arch, known)}; known: {known}"
+            )
+    elif _looks_like_path(model) and not Path(model).expanduser().exists():
+        raise SpecError(f"training_args.model_name: the local path {model!r} does not exist")
+    dataset = training_args.dataset_name
+    if dataset.startswith(sources.SYNTHETIC_PREFIX):
+        fmt = dataset.removeprefix(sources.SYNTHETIC_PREFIX)
+        if fmt not in sources.SYNTHETIC_FORMATS:
+            raise SpecError(
+                f"training_args.dataset_name: no synthetic format {fmt!r}; known: "
+                f"{[sources.SYNTHETIC_PREFIX + f for f in sources.SYNTHETIC_FORMATS]}"
+            )
+    elif _looks_like_path(dataset) and not Path(dataset).expanduser().exists():
+        raise SpecError(f"training_args.dataset_name: the local path {dataset!r} does not exist")
+
+
+def model_type(model_name: str) -> str | None:
+    """The model type of a bundled architecture or a local model directory; None for a hub id (known once
+    downloaded: a liger arm on a type Liger cannot patch then ends as an error result)."""
+    from finetune_bench import sources
+
+    if model_name.startswith(sources.RANDOM_PREFIX):
+        return sources.architecture_config(model_name.removeprefix(sources.RANDOM_PREFIX)).get("model_type")
+    config = Path(model_name).expanduser() / "config.json"
+    if _looks_like_path(model_name) and config.exists():
+        return json.loads(config.read_text()).get("model_type")
+    return None
 
 
 _POSITIVE_INTS = {
@@ -170,3 +297,13 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
             f"backend {backend!r} takes criterion {list(BACKEND_CRITERIA[backend])}"
         )
+    if training_args.use_liger:
+        from finetune_bench.liger import supported_model_types
+
+        kind = model_type(training_args.model_name)
+        if kind is not None and kind not in supported_model_types():
+            raise SpecError(
+                f"use_liger: Liger has no kernels for model type {kind!r} (training_args.model_name "
+                f"{training_args.model_name!r}); Liger patches {supported_model_types()}. "
+                "Run it with use_liger [false]."
+            )

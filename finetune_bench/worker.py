@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from finetune_bench.backends.common import resolve_device, resolve_dtype
     from finetune_bench.liger import LigerNotApplied
-    from finetune_bench.measure import STEP_COLUMNS, StepRecorder, environment
+    from finetune_bench.measure import STEP_COLUMNS, NonFiniteLoss, StepRecorder, environment
     from finetune_bench.spec import TrainingArgs
 
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(device),
     }
     try:
+        faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, args.use_liger)
         backend = importlib.import_module(f"finetune_bench.backends.{args.backend}")
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         result["status"] = "ok"
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         result["details"].update({k: str(v) for k, v in extra.items()})
     except torch.OutOfMemoryError as exc:
         result.update(status="oom", reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+        result["error_tail"] = _tail(traceback.format_exc())
+    except NonFiniteLoss as exc:
+        result.update(status="nonfinite", reason=f"non-finite loss: {exc}")
         result["error_tail"] = _tail(traceback.format_exc())
     except LigerNotApplied as exc:
         result.update(status="error", reason=f"liger not applied: {exc}")

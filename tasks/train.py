@@ -1,5 +1,6 @@
 """Planning the runs, and training one run in a child process."""
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -9,15 +10,28 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.launch import run_in_child
 from finetune_bench.plan import PlannedRun, plan_runs
-from finetune_bench.spec import ExperimentArgs, TrainingArgs
-from images import analysis_image, training_image
+from finetune_bench.sources import default_results_store
+from finetune_bench.spec import ExperimentArgs, TrainingArgs, validate_run_settings
+from finetune_bench.store import ResultStore, hardware_fingerprint, run_key
+from images import training_image
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
+logger = logging.getLogger(__name__)
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
-def plan_benchmark(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> list[PlannedRun]:
+
+# The training image: validation reads Liger's table of the model types it can patch.
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+def plan_benchmark(
+    experiment_args: ExperimentArgs,
+    training_args: TrainingArgs,
+    n_runs: int,
+    concurrency: int,
+    min_success_ratio: float,
+    condition_timeout_s: int,
+) -> list[PlannedRun]:
     """Validate the inputs (before anything is downloaded or trained) and list every run."""
+    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s)
     return plan_runs(experiment_args, training_args, n_runs)
 
 
@@ -27,15 +41,29 @@ def train_condition(
     dataset_dir: FlyteDirectory,
     model_dir: FlyteDirectory,
     condition_timeout_s: int,
+    results_store: str,
+    fresh: bool,
 ) -> TrainOutput:
-    """Train one run in a fresh child process; its failure (OOM, crash, timeout) is its result."""
+    """Train one run in a fresh child process; its failure (OOM, crash, timeout) is its result.
+
+    A run already in `results_store` (same settings, run number, hardware and code) is not trained
+    again unless `fresh`; a finished run is stored as soon as it ends.
+    """
     # Unique per run: locally, every item of a map task shares one working directory.
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
-    result = run_in_child(
-        planned_run,
-        dataset_dir=Path(dataset_dir.download()),
-        model_dir=Path(model_dir.download()),
-        work_dir=work_dir,
-        timeout_s=condition_timeout_s,
-    )
+    store = ResultStore(results_store or str(default_results_store()))
+    key = run_key(planned_run, hardware_fingerprint())
+    result = None if fresh else store.load(key, work_dir)
+    if result is not None:
+        logger.info("%s run %d: reused the stored result %s", planned_run.condition_id, planned_run.run_number, key)
+        result.reused = True
+    else:
+        result = run_in_child(
+            planned_run,
+            dataset_dir=Path(dataset_dir.download()),
+            model_dir=Path(model_dir.download()),
+            work_dir=work_dir,
+            timeout_s=condition_timeout_s,
+        )
+        store.save(key, result)
     return TrainOutput(result=result, steps=FlyteFile(result.steps_file) if result.steps_file else None)

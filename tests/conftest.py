@@ -12,6 +12,8 @@ os.environ["HOME"] = str(_ROOT / "home")
 os.environ["TMPDIR"] = str(_ROOT / "tmp")
 os.environ["FINETUNE_BENCH_CACHE_DIR"] = str(_ROOT / "cache")
 os.environ.setdefault("FINETUNE_BENCH_IMAGE_BUILDER", "default")
+# pyflyte refuses to run, even locally, without a config once `union` is installed (read at import).
+os.environ.setdefault("FLYTECTL_CONFIG", str(Path(__file__).resolve().parent.parent / "flyte-local.yaml"))
 os.environ.pop("FINETUNE_BENCH_FAULT", None)
 tempfile.tempdir = None
 

@@ -19,7 +19,8 @@ def test_every_bundled_config_is_a_valid_transformers_config(name):
     params = {k: v for k, v in config_dict.items() if k not in ("model_type", "_name_or_path")}
     config = AutoConfig.for_model(config_dict["model_type"], **params)
     assert config.vocab_size == config_dict["vocab_size"]
-    assert config.num_hidden_layers == config_dict["num_hidden_layers"]
+    # GPT-2 names it n_layer; transformers maps num_hidden_layers onto it
+    assert config.num_hidden_layers == config_dict.get("num_hidden_layers", config_dict.get("n_layer"))
 
 
 def test_llama_3_2_1b_has_its_published_size():

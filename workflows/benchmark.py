@@ -28,10 +28,17 @@ def run_benchmark(
     concurrency: int,
     min_success_ratio: float,
     condition_timeout_s: int,
+    results_store: str,
+    fresh: bool,
 ) -> list[TrainOutput | None]:
     """Fan the training task out over every planned run."""
     train = partial(
-        train_condition, dataset_dir=dataset_dir, model_dir=model_dir, condition_timeout_s=condition_timeout_s
+        train_condition,
+        dataset_dir=dataset_dir,
+        model_dir=model_dir,
+        condition_timeout_s=condition_timeout_s,
+        results_store=results_store,
+        fresh=fresh,
     )
     return map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=planned)
 
@@ -44,9 +51,23 @@ def benchmarking_experiment(
     concurrency: int = 4,
     min_success_ratio: float = 0.1,
     condition_timeout_s: int = 3600,
+    results_store: str = "",
+    fresh: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
-    """Returns the results table (one row per condition × run), the per-step table and the HTML report."""
-    planned = plan_benchmark(experiment_args=experiment_args, training_args=training_args, n_runs=n_runs)
+    """Returns the results table (one row per condition × run), the per-step table and the HTML report.
+
+    Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
+    empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
+    same grid; `fresh` measures every run again.
+    """
+    planned = plan_benchmark(
+        experiment_args=experiment_args,
+        training_args=training_args,
+        n_runs=n_runs,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+    )
     dataset_dir = download_dataset(
         dataset_name=training_args.dataset_name,
         dataset_split=training_args.dataset_split,
@@ -65,5 +86,7 @@ def benchmarking_experiment(
         concurrency=concurrency,
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
+        results_store=results_store,
+        fresh=fresh,
     )
     return analyze_results(planned=planned, outputs=outputs)

@@ -158,6 +158,6 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
-        faults.maybe_inject(step)
+        faults.maybe_inject(step, model)
 
     return run_details(loaded, path)

@@ -30,6 +30,8 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         gradient_checkpointing=args.gradient_checkpointing,
         use_cpu=device.type == "cpu",
         logging_steps=1,
+        # transformers replaces a NaN/inf loss in its logs by the window's mean by default: we want to see it
+        logging_nan_inf_filter=False,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
@@ -44,9 +46,9 @@ def recording_callback(recorder: StepRecorder):
         def on_train_begin(self, *_, **__):
             recorder.begin_training()
 
-        def on_step_end(self, _args, state, *_, **__):
+        def on_step_end(self, _args, state, _control, model=None, **__):
             recorder.end_step()
-            faults.maybe_inject(state.global_step)
+            faults.maybe_inject(state.global_step, model)
 
         def on_log(self, _args, state, _control, logs=None, **__):
             if logs and "loss" in logs:
