@@ -14,6 +14,7 @@ import seaborn as sns  # noqa: E402
 
 from finetune_bench.analyze import condition_summary, liger_vs_baseline, ran_on_cpu  # noqa: E402
 from finetune_bench.parity import DIVERGED, loss_parity, parity_summary  # noqa: E402
+from finetune_bench.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
 
 ARM_COLUMN = "arm"
 ARM_PALETTE = {"baseline": "#4C72B0", "liger": "#DD8452"}
@@ -143,11 +144,13 @@ def build_report(
     environment: dict[str, str],
     steps: pd.DataFrame | None = None,
     experiment_name: str = "",
+    alpha: float = 0.05,
 ) -> Report:
     """The report from the results table (one row per run) and, for loss parity, the per-step table."""
     summary = condition_summary(table, swept)
     parity = loss_parity(steps, swept) if steps is not None else pd.DataFrame()
     comparison = liger_vs_baseline(summary, swept)
+    paired = paired_comparison(table, swept, alpha)
     on_cpu = ran_on_cpu(table)
     sections: dict[str, str] = {}
 
@@ -173,6 +176,12 @@ def build_report(
         )
         overview.append(f"<p><b>{html.escape(_verdict(comparison))}</b></p>")
         overview.append(_table_html(comparison))
+        overview.append(
+            f"<h3>How sure</h3><p>Liger / baseline ratios of runs paired by run number: median, "
+            f"{CONFIDENCE_LEVEL:.0%} bootstrap interval (from {MIN_PAIRS_FOR_CI} pairs), and a paired t-test "
+            f"on the logarithms at alpha {alpha:g} (<code>significant</code>: the ratio differs from 1).</p>"
+        )
+        overview.append(_table_html(paired))
     if "use_liger" in swept and steps is not None:
         overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
         diverged = parity[parity["verdict"] == DIVERGED] if not parity.empty else parity

@@ -207,8 +207,12 @@ def validate_training_args(training_args: TrainingArgs) -> None:
     _check_sources(training_args)
 
 
-def validate_run_settings(concurrency: int, min_success_ratio: float, condition_timeout_s: int) -> None:
+def validate_run_settings(
+    concurrency: int, min_success_ratio: float, condition_timeout_s: int, alpha: float = 0.05
+) -> None:
     """The workflow's own settings."""
+    if isinstance(alpha, bool) or not 0 < alpha < 1:
+        raise SpecError(f"alpha (the significance level) must be in (0, 1), got {alpha!r}")
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise SpecError(f"concurrency must be a positive integer, got {concurrency!r}")
     if isinstance(min_success_ratio, bool) or not 0 < min_success_ratio <= 1:

@@ -24,7 +24,7 @@ EXPORT_DIR_ENV = "FINETUNE_BENCH_EXPORT_DIR"
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
 def analyze_results(
-    planned: list[PlannedRun], outputs: list[TrainOutput | None]
+    planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
     """Results table (one row per run), per-step table, and the HTML report; the Deck shows the report."""
     results = [output.result if output is not None else None for output in outputs]
@@ -36,7 +36,7 @@ def analyze_results(
     swept = planned[0].swept_axes if planned else []
     table = with_loss_parity(table, loss_parity(steps, swept))
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
-    report = build_report(table, swept, environment, steps)
+    report = build_report(table, swept, environment, steps, alpha=alpha)
 
     for name, content in report.sections.items():
         Deck(name, content)

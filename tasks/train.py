@@ -29,9 +29,10 @@ def plan_benchmark(
     concurrency: int,
     min_success_ratio: float,
     condition_timeout_s: int,
+    alpha: float,
 ) -> list[PlannedRun]:
     """Validate the inputs (before anything is downloaded or trained) and list every run."""
-    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s)
+    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha)
     return plan_runs(experiment_args, training_args, n_runs)
 
 

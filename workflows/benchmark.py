@@ -53,12 +53,13 @@ def benchmarking_experiment(
     condition_timeout_s: int = 3600,
     results_store: str = "",
     fresh: bool = False,
+    alpha: float = 0.05,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
     """Returns the results table (one row per condition × run), the per-step table and the HTML report.
 
     Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
     empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
-    same grid; `fresh` measures every run again.
+    same grid; `fresh` measures every run again. `alpha`: the significance level of the liger / baseline tests.
     """
     planned = plan_benchmark(
         experiment_args=experiment_args,
@@ -67,6 +68,7 @@ def benchmarking_experiment(
         concurrency=concurrency,
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
+        alpha=alpha,
     )
     dataset_dir = download_dataset(
         dataset_name=training_args.dataset_name,
@@ -89,4 +91,4 @@ def benchmarking_experiment(
         results_store=results_store,
         fresh=fresh,
     )
-    return analyze_results(planned=planned, outputs=outputs)
+    return analyze_results(planned=planned, outputs=outputs, alpha=alpha)
