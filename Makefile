@@ -38,6 +38,14 @@ run: $(VENV)/.installed
 demo:
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml
 
+# The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit).
+frontier: $(VENV)/.installed
+	@mkdir -p $(RUN_DIR)
+	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) \
+	  $(if $(findstring frontier_smoke,$(or $(INPUTS),frontier_smoke)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
+	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(or $(INPUTS),inputs/frontier_smoke.yaml)
+	@echo "report: $(abspath $(RUN_DIR))/frontier_report.html"
+
 test: $(VENV)/.installed-dev
 	$(BIN)/pytest -q
 

@@ -12,7 +12,8 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.analyze import results_table, steps_table
 from finetune_bench.parity import loss_parity, with_loss_parity
 from finetune_bench.plan import PlannedRun
-from finetune_bench.report import build_report
+from finetune_bench.report import Report, build_report
+from finetune_bench.results import ConditionResult
 from images import analysis_image
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES
@@ -22,34 +23,45 @@ logger = logging.getLogger(__name__)
 EXPORT_DIR_ENV = "FINETUNE_BENCH_EXPORT_DIR"
 
 
+def unpack(outputs: list[TrainOutput | None]) -> tuple[list[ConditionResult | None], dict[tuple[str, int], str]]:
+    """The train tasks' result records, and their per-step files downloaded, by (condition_id, run_number)."""
+    results = [output.result if output is not None else None for output in outputs]
+    steps_files = {
+        (o.result.condition_id, o.result.run_number): o.steps.download() for o in outputs if o is not None and o.steps
+    }
+    return results, steps_files
+
+
+def publish(report: Report, file_name: str, tables: dict[str, pd.DataFrame], title: str | None = None) -> FlyteFile:
+    """Show `report` as the task's Deck, write it as `file_name`, and copy it with `tables` (as CSV) to the
+    export directory when one is set; returns the HTML file."""
+    for name, content in report.sections.items():
+        Deck(name, content)
+    out_dir = Path(current_context().working_directory) / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_path = out_dir / file_name
+    report_path.write_text(report.to_html(title=title) if title else report.to_html())
+    export = os.environ.get(EXPORT_DIR_ENV)
+    if export:
+        export_dir = Path(export)
+        export_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(report_path, export_dir / file_name)
+        for name, table in tables.items():
+            table.to_csv(export_dir / f"{name}.csv", index=False)
+        logger.info("outputs exported to %s", export_dir)
+    return FlyteFile(str(report_path))
+
+
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
 def analyze_results(
     planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
     """Results table (one row per run), per-step table, and the HTML report; the Deck shows the report."""
-    results = [output.result if output is not None else None for output in outputs]
-    steps_files = {
-        (o.result.condition_id, o.result.run_number): o.steps.download() for o in outputs if o is not None and o.steps
-    }
+    results, steps_files = unpack(outputs)
     table = results_table(planned, results)
     steps = steps_table(results, steps_files)
     swept = planned[0].swept_axes if planned else []
     table = with_loss_parity(table, loss_parity(steps, swept))
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
     report = build_report(table, swept, environment, steps, alpha=alpha)
-
-    for name, content in report.sections.items():
-        Deck(name, content)
-    out_dir = Path(current_context().working_directory) / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report_path = out_dir / "report.html"
-    report_path.write_text(report.to_html())
-    export = os.environ.get(EXPORT_DIR_ENV)
-    if export:
-        export_dir = Path(export)
-        export_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy(report_path, export_dir / "report.html")
-        table.to_csv(export_dir / "results.csv", index=False)
-        steps.to_csv(export_dir / "steps.csv", index=False)
-        logger.info("outputs exported to %s", export_dir)
-    return table, steps, FlyteFile(str(report_path))
+    return table, steps, publish(report, "report.html", {"results": table, "steps": steps})

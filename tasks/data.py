@@ -57,3 +57,19 @@ def download_model(model_name: str) -> FlyteDirectory:
     path = sources.prepare_model(model_name, hf_token=_hf_token())
     logger.info("model %s ready at %s", model_name, path)
     return FlyteDirectory(str(path))
+
+
+def download_sources(training_args, after):
+    """In a workflow: the dataset and the model of `training_args` (a workflow input), downloaded once
+    `after` (the node that validates the inputs) has succeeded, so nothing is fetched for bad inputs."""
+    dataset_dir = download_dataset(
+        dataset_name=training_args.dataset_name,
+        dataset_split=training_args.dataset_split,
+        synthetic_num_examples=training_args.synthetic_num_examples,
+        synthetic_min_words=training_args.synthetic_min_words,
+        synthetic_max_words=training_args.synthetic_max_words,
+    )
+    model_dir = download_model(model_name=training_args.model_name)
+    after >> dataset_dir
+    after >> model_dir
+    return dataset_dir, model_dir

@@ -15,7 +15,7 @@ from finetune_bench.plan import PlannedRun
 from finetune_bench.spec import ExperimentArgs, TrainingArgs
 from images import analysis_image
 from tasks.analysis import analyze_results
-from tasks.data import download_dataset, download_model
+from tasks.data import download_sources
 from tasks.records import TrainOutput
 from tasks.train import plan_benchmark, train_condition
 
@@ -70,17 +70,7 @@ def benchmarking_experiment(
         condition_timeout_s=condition_timeout_s,
         alpha=alpha,
     )
-    dataset_dir = download_dataset(
-        dataset_name=training_args.dataset_name,
-        dataset_split=training_args.dataset_split,
-        synthetic_num_examples=training_args.synthetic_num_examples,
-        synthetic_min_words=training_args.synthetic_min_words,
-        synthetic_max_words=training_args.synthetic_max_words,
-    )
-    model_dir = download_model(model_name=training_args.model_name)
-    # Inputs are validated before anything is downloaded.
-    planned >> dataset_dir
-    planned >> model_dir
+    dataset_dir, model_dir = download_sources(training_args, after=planned)
     outputs = run_benchmark(
         planned=planned,
         dataset_dir=dataset_dir,

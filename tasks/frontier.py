@@ -1,0 +1,103 @@
+"""Memory-frontier tasks: plan the searches, run one search (its probes in child processes), plan the
+throughput runs at the frontiers, and build the report."""
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+from flytekit import current_context, task
+from flytekit.types.directory import FlyteDirectory
+from flytekit.types.file import FlyteFile
+
+from finetune_bench.analyze import results_table, steps_table
+from finetune_bench.frontier import (
+    Arm,
+    BatchSizeSearch,
+    FrontierResult,
+    FrontierSearch,
+    ProbeSettings,
+    SeqLengthSearch,
+    child_probe,
+    plan_searches,
+    plan_throughput_runs,
+    search_frontier,
+)
+from finetune_bench.frontier_report import build_frontier_report, frontier_table, probes_table
+from finetune_bench.plan import PlannedRun
+from finetune_bench.spec import TrainingArgs, validate_run_settings
+from images import analysis_image, training_image
+from tasks.analysis import publish, unpack
+from tasks.records import TrainOutput
+from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+
+logger = logging.getLogger(__name__)
+
+
+# The training image: validation reads Liger's table of the model types it can patch.
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+def plan_frontier(
+    training_args: TrainingArgs,
+    arms: list[Arm],
+    batch_size_search: BatchSizeSearch,
+    seq_length_search: SeqLengthSearch,
+    probes: ProbeSettings,
+    n_runs: int,
+    concurrency: int,
+    min_success_ratio: float,
+    condition_timeout_s: int,
+) -> list[FrontierSearch]:
+    """Validate the inputs (before anything is downloaded or probed) and list the searches."""
+    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s)
+    return plan_searches(training_args, arms, batch_size_search, seq_length_search, probes, n_runs)
+
+
+@task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
+def search_memory_frontier(
+    search: FrontierSearch, dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
+) -> FrontierResult:
+    """One arm's search along one dimension; every probe trains in a fresh child process on this task's GPU."""
+    # Unique per search: locally, every item of a map task shares one working directory.
+    work_dir = Path(tempfile.mkdtemp(prefix="frontier-", dir=current_context().working_directory))
+    probe = child_probe(Path(dataset_dir.download()), Path(model_dir.download()), work_dir, search.timeout_s)
+    result = search_frontier(search, probe)
+    logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
+    return result
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+def plan_frontier_throughput(
+    results: list[FrontierResult | None],
+    training_args: TrainingArgs,
+    arms: list[Arm],
+    n_runs: int,
+    measure_throughput: bool,
+) -> list[PlannedRun]:
+    """The throughput runs at the batch frontiers (none when measure_throughput is off)."""
+    return plan_throughput_runs(results, training_args, arms, n_runs) if measure_throughput else []
+
+
+class FrontierOutputs(NamedTuple):
+    frontiers: pd.DataFrame
+    probes: pd.DataFrame
+    throughput: pd.DataFrame
+    report: FlyteFile
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+def report_frontier(
+    searches: list[FrontierSearch],
+    results: list[FrontierResult | None],
+    planned: list[PlannedRun],
+    outputs: list[TrainOutput | None],
+) -> FrontierOutputs:
+    """Frontier table (one row per search), probe table, throughput table and the HTML report (also the Deck)."""
+    run_results, steps_files = unpack(outputs)
+    throughput = results_table(planned, run_results) if planned else pd.DataFrame()
+    steps = steps_table(run_results, steps_files)
+    report = build_frontier_report(searches, results, throughput, steps)
+    frontiers, probes = frontier_table(searches, results), probes_table(results)
+    tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput}
+    report_file = publish(report, "frontier_report.html", tables, title="Memory frontier")
+    return FrontierOutputs(frontiers, probes, throughput, report_file)

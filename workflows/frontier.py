@@ -1,0 +1,102 @@
+"""The memory-frontier workflow: per arm, the largest batch size and the largest sequence length that train
+without running out of memory, then (optionally) throughput at those frontiers.
+
+pyflyte run workflows/frontier.py memory_frontier --inputs-file inputs/frontier_smoke.yaml
+union run --remote workflows/frontier.py memory_frontier --inputs-file inputs/frontier_llama1b_2048.yaml
+"""
+
+from functools import partial
+
+from flytekit import dynamic, map_task, workflow
+from flytekit.types.directory import FlyteDirectory
+
+from finetune_bench.frontier import Arm, BatchSizeSearch, FrontierResult, FrontierSearch, ProbeSettings, SeqLengthSearch
+from finetune_bench.spec import TrainingArgs
+from images import analysis_image
+from tasks.data import download_sources
+from tasks.frontier import (
+    FrontierOutputs,
+    plan_frontier,
+    plan_frontier_throughput,
+    report_frontier,
+    search_memory_frontier,
+)
+from workflows.benchmark import run_benchmark
+
+
+@dynamic(container_image=analysis_image)
+def run_searches(
+    searches: list[FrontierSearch],
+    dataset_dir: FlyteDirectory,
+    model_dir: FlyteDirectory,
+    concurrency: int,
+    min_success_ratio: float,
+) -> list[FrontierResult | None]:
+    """One task per (arm, dimension): its probes decide one after another, the searches run side by side."""
+    search = partial(search_memory_frontier, dataset_dir=dataset_dir, model_dir=model_dir)
+    return map_task(search, concurrency=concurrency, min_success_ratio=min_success_ratio)(search=searches)
+
+
+# The embedded default is inputs/frontier_smoke.yaml: an offline CPU run (give it a fake memory limit,
+# FINETUNE_BENCH_FAKE_MEMORY_TOKENS, for frontiers below the caps).
+SMOKE_TRAINING_ARGS = TrainingArgs(
+    backend="plain_loop", synthetic_num_examples=64, synthetic_min_words=64, synthetic_max_words=80
+)
+
+
+@workflow
+def memory_frontier(
+    training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
+    arms: list[Arm] = [Arm(use_liger=True), Arm(use_liger=False)],  # noqa: B006
+    batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
+    seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
+    probes: ProbeSettings = ProbeSettings(
+        max_steps=2, timing_warmup_steps=1, retries=1, confirmations=1, timeout_s=600
+    ),
+    measure_throughput: bool = False,
+    n_runs: int = 1,
+    concurrency: int = 4,
+    min_success_ratio: float = 0.1,
+    condition_timeout_s: int = 3600,
+    results_store: str = "",
+    fresh: bool = False,
+) -> FrontierOutputs:
+    """Returns the frontier table (one row per arm × dimension), every probe, the throughput runs at the
+    frontiers (empty unless measure_throughput) and the HTML report.
+
+    Probes always run afresh. The throughput runs go through the benchmark's train task, which keeps
+    finished runs in `results_store` and reuses them unless `fresh` (see workflows/benchmark.py).
+    """
+    searches = plan_frontier(
+        training_args=training_args,
+        arms=arms,
+        batch_size_search=batch_size_search,
+        seq_length_search=seq_length_search,
+        probes=probes,
+        n_runs=n_runs,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+    )
+    dataset_dir, model_dir = download_sources(training_args, after=searches)
+    results = run_searches(
+        searches=searches,
+        dataset_dir=dataset_dir,
+        model_dir=model_dir,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+    )
+    planned = plan_frontier_throughput(
+        results=results, training_args=training_args, arms=arms, n_runs=n_runs, measure_throughput=measure_throughput
+    )
+    outputs = run_benchmark(
+        planned=planned,
+        dataset_dir=dataset_dir,
+        model_dir=model_dir,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+        results_store=results_store,
+        fresh=fresh,
+    )
+    return report_frontier(searches=searches, results=results, planned=planned, outputs=outputs)
