@@ -13,7 +13,6 @@ No Flyte here: `tasks/frontier.py` and `workflows/frontier.py` wrap this module.
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,14 @@ from typing import NamedTuple
 from finetune_bench.plan import PlannedRun, condition_id
 from finetune_bench.results import ConditionResult
 from finetune_bench.sources import SYNTHETIC_PREFIX
-from finetune_bench.spec import ExperimentArgs, SpecError, TrainingArgs, closest, validate, validate_condition
+from finetune_bench.spec import (
+    ExperimentArgs,
+    SpecError,
+    StrictFromJson,
+    TrainingArgs,
+    validate,
+    validate_condition,
+)
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.
 BATCH_SIZE = "per_device_train_batch_size"
@@ -43,36 +49,8 @@ DOUBLING, BISECTION, CONFIRMATION = "doubling", "bisection", "confirmation"
 OK, OOM = "ok", "oom"
 
 
-class _StrictInput:
-    """`from_json` (what `pyflyte run` / `union run` build a dataclass input with) that rejects unknown keys
-    and values of the wrong type, naming them; without it flytekit drops unknown keys silently and turns
-    "8" or 8.5 into 8. Every field of these inputs is an int or a bool."""
-
-    SECTION = ""
-
-    @classmethod
-    def from_json(cls, text: str, **_):
-        data = json.loads(text)
-        try:
-            if not isinstance(data, dict):
-                raise SpecError(f"{cls.SECTION} must be a mapping of settings, got {data!r}")
-            valid = {f.name: f.type for f in dataclasses.fields(cls)}
-            for key, value in data.items():
-                if key not in valid:
-                    raise SpecError(f"{cls.SECTION}.{key} is not a setting{closest(str(key), list(valid))}")
-                if valid[key] is bool:
-                    _check_bool(f"{cls.SECTION}.{key}", value)
-                elif not isinstance(value, int) or isinstance(value, bool):
-                    raise SpecError(f"{cls.SECTION}.{key} must be an integer, got {value!r}")
-        except SpecError as exc:
-            import click  # only the CLI calls this: it prints a click error as one line, no traceback
-
-            raise click.BadParameter(str(exc)) from None
-        return cls(**data)
-
-
 @dataclass
-class Arm(_StrictInput):
+class Arm(StrictFromJson):
     """One arm of the comparison: the TrainingArgs settings that distinguish it (each field is named after
     the TrainingArgs field it sets; a new kind of arm is a new field here)."""
 
@@ -92,7 +70,7 @@ def arm_name(arm: Arm) -> str:
 
 
 @dataclass
-class BatchSizeSearch(_StrictInput):
+class BatchSizeSearch(StrictFromJson):
     """The largest per_device_train_batch_size that trains at training_args.max_seq_length."""
 
     SECTION = "batch_size_search"
@@ -103,7 +81,7 @@ class BatchSizeSearch(_StrictInput):
 
 
 @dataclass
-class SeqLengthSearch(_StrictInput):
+class SeqLengthSearch(StrictFromJson):
     """The largest max_seq_length, a multiple of `granularity`, that trains at batch size `batch_size`."""
 
     SECTION = "seq_length_search"
@@ -116,7 +94,7 @@ class SeqLengthSearch(_StrictInput):
 
 
 @dataclass
-class ProbeSettings(_StrictInput):
+class ProbeSettings(StrictFromJson):
     """How every probe runs: a few steps (the first optimizer step creates the optimizer state, so a probe
     needs two to see the steady-state peak), retries of a probe that fails for another reason than memory,
     and re-probes of the frontier."""

@@ -137,20 +137,35 @@ def closest(name: str, valid: list[str]) -> str:
 
 
 def check_section(cls: type, section: str, data: Any) -> None:
-    """Reject unknown keys and wrongly typed values of one inputs section (`training_args` or `experiment_args`)."""
+    """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping).
+
+    `training_args` and `experiment_args` values are checked as settings (type and range); any other
+    section's fields by their annotation (bool, int, float, str).
+    """
     if not isinstance(data, dict):
         raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
-    valid = [f.name for f in dataclasses.fields(cls)]
+    annotations = {f.name: f.type for f in dataclasses.fields(cls)}
     for key, value in data.items():
-        if key not in valid:
-            raise SpecError(f"{section}.{key} is not a setting{closest(str(key), valid)}")
+        if key not in annotations:
+            raise SpecError(f"{section}.{key} is not a setting{closest(str(key), list(annotations))}")
         if cls is ExperimentArgs:
             if not isinstance(value, list):
                 raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
             for element in value:
                 _check_value(f"{section}.{key}", key, element)
-        else:
+        elif cls is TrainingArgs:
             _check_value(f"{section}.{key}", key, value)
+        else:
+            _check_type(f"{section}.{key}", annotations[key], value)
+
+
+def _check_type(key: str, annotation: Any, value: Any) -> None:
+    name = getattr(annotation, "__name__", str(annotation))
+    python_type = {"str": str, "int": int, "float": (int, float), "bool": bool}.get(name)
+    if python_type is None:
+        return  # a nested type: its own dataclass checks it
+    if (isinstance(value, bool) and name != "bool") or not isinstance(value, python_type):
+        raise SpecError(f"{key} must be {name}, got {value!r}")
 
 
 def axis_names() -> list[str]:

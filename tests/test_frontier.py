@@ -304,10 +304,10 @@ def test_bad_inputs_name_the_key(changes, key):
     "cls, text, message",
     [
         (BatchSizeSearch, '{"strat": 1}', "batch_size_search.strat is not a setting (did you mean 'start'?)"),
-        (BatchSizeSearch, '{"cap": "64"}', "batch_size_search.cap must be an integer"),
-        (SeqLengthSearch, '{"granularity": 256.5}', "seq_length_search.granularity must be an integer"),
-        (ProbeSettings, '{"retries": true}', "probes.retries must be an integer"),
-        (Arm, '{"use_liger": "yes"}', "arms[].use_liger must be true or false"),
+        (BatchSizeSearch, '{"cap": "64"}', "batch_size_search.cap must be int, got '64'"),
+        (SeqLengthSearch, '{"granularity": 256.5}', "seq_length_search.granularity must be int, got 256.5"),
+        (ProbeSettings, '{"retries": true}', "probes.retries must be int, got True"),
+        (Arm, '{"use_liger": "yes"}', "arms[].use_liger must be bool, got 'yes'"),
         (Arm, '{"liger": true}', "arms[].liger is not a setting"),
     ],
 )
