@@ -43,18 +43,18 @@ def train_condition(
     model_dir: FlyteDirectory,
     condition_timeout_s: int,
     results_store: str,
-    fresh: bool,
+    force_fresh: bool,
 ) -> TrainOutput:
     """Train one run in a fresh child process; its failure (OOM, crash, timeout) is its result.
 
     A run already in `results_store` (same settings, run number, hardware and code) is not trained
-    again unless `fresh`; a finished run is stored as soon as it ends.
+    again unless `force_fresh`; a finished run is stored as soon as it ends.
     """
     # Unique per run: locally, every item of a map task shares one working directory.
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
     store = ResultStore(results_store or str(default_results_store()))
     key = run_key(planned_run, hardware_fingerprint())
-    result = None if fresh else store.load(key, work_dir)
+    result = None if force_fresh else store.load(key, work_dir)
     if result is not None:
         logger.info("%s run %d: reused the stored result %s", planned_run.condition_id, planned_run.run_number, key)
         result.reused = True

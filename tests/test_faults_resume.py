@@ -80,18 +80,18 @@ def test_train_task_reuses_a_stored_run_unless_fresh(monkeypatch, tiny_model_dir
         condition_timeout_s=300,
         results_store=str(tmp_path / "store"),
     )
-    first = train_condition(**inputs, fresh=False).result
+    first = train_condition(**inputs, force_fresh=False).result
     assert (first.status, first.reused) == ("ok", False)
     # From here on, any child that starts fails at once: only a reused result can be ok.
     monkeypatch.setenv(FAULT_ENV, "error@0")
-    again = train_condition(**inputs, fresh=False).result
+    again = train_condition(**inputs, force_fresh=False).result
     assert (again.status, again.reused) == ("ok", True)
     assert again.metrics == first.metrics
-    fresh = train_condition(**inputs, fresh=True).result
+    fresh = train_condition(**inputs, force_fresh=True).result
     assert (fresh.status, fresh.reused) == ("error", False)
     # An error is not stored: the stored ok run is still what a re-run gets.
     monkeypatch.delenv(FAULT_ENV)
-    assert train_condition(**inputs, fresh=False).result.reused
+    assert train_condition(**inputs, force_fresh=False).result.reused
 
 
 def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.CompletedProcess:

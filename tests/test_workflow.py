@@ -146,11 +146,12 @@ def test_dynamic_body_compiles_to_a_map_over_every_run():
             min_success_ratio=0.25,
             condition_timeout_s=60,
             results_store="s3://bucket/results",
-            fresh=False,
+            force_fresh=False,
         )
     (node,) = spec.nodes
     array = node.array_node.to_flyte_idl()
     assert array.parallelism == 3
     assert array.min_success_ratio == pytest.approx(0.25)
-    assert set(array.bound_inputs) == {"dataset_dir", "model_dir", "condition_timeout_s", "results_store", "fresh"}
+    bound = {"dataset_dir", "model_dir", "condition_timeout_s", "results_store", "force_fresh"}
+    assert set(array.bound_inputs) == bound
     assert [t.id.name for t in spec.tasks][0].startswith("tasks.train.map_train_condition")

@@ -29,7 +29,7 @@ def run_benchmark(
     min_success_ratio: float,
     condition_timeout_s: int,
     results_store: str,
-    fresh: bool,
+    force_fresh: bool,
 ) -> list[TrainOutput | None]:
     """Fan the training task out over every planned run."""
     train = partial(
@@ -38,7 +38,7 @@ def run_benchmark(
         model_dir=model_dir,
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
-        fresh=fresh,
+        force_fresh=force_fresh,
     )
     return map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=planned)
 
@@ -52,14 +52,14 @@ def benchmarking_experiment(
     min_success_ratio: float = 0.1,
     condition_timeout_s: int = 3600,
     results_store: str = "",
-    fresh: bool = False,
+    force_fresh: bool = False,
     alpha: float = 0.05,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
     """Returns the results table (one row per condition × run), the per-step table and the HTML report.
 
     Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
     empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
-    same grid; `fresh` measures every run again. `alpha`: the significance level of the liger / baseline tests.
+    same grid; `force_fresh` measures every run again. `alpha`: the significance level of the liger / baseline tests.
     """
     planned = plan_benchmark(
         experiment_args=experiment_args,
@@ -79,6 +79,6 @@ def benchmarking_experiment(
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
-        fresh=fresh,
+        force_fresh=force_fresh,
     )
     return analyze_results(planned=planned, outputs=outputs, alpha=alpha)

@@ -59,13 +59,13 @@ def memory_frontier(
     min_success_ratio: float = 0.1,
     condition_timeout_s: int = 3600,
     results_store: str = "",
-    fresh: bool = False,
+    force_fresh: bool = False,
 ) -> FrontierOutputs:
     """Returns the frontier table (one row per arm × dimension), every probe, the throughput runs at the
     frontiers (empty unless measure_throughput) and the HTML report.
 
     Probes always run afresh. The throughput runs go through the benchmark's train task, which keeps
-    finished runs in `results_store` and reuses them unless `fresh` (see workflows/benchmark.py).
+    finished runs in `results_store` and reuses them unless `force_fresh` (see workflows/benchmark.py).
     """
     searches = plan_frontier(
         training_args=training_args,
@@ -97,6 +97,6 @@ def memory_frontier(
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
-        fresh=fresh,
+        force_fresh=force_fresh,
     )
     return report_frontier(searches=searches, results=results, planned=planned, outputs=outputs)
