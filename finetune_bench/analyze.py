@@ -1,10 +1,11 @@
-"""Result records → tables: one row per run, per-step data, and liger/baseline comparisons."""
+"""Result records → tables: one row per run, per-step data, and each arm against the baseline."""
 
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from finetune_bench.arms import BASELINE
 from finetune_bench.plan import PlannedRun
 from finetune_bench.results import LOST, ConditionResult
 from finetune_bench.spec import axis_names
@@ -119,28 +120,78 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     return counts.join(medians).join(spread).reset_index()
 
 
-def liger_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
-    """For each point of the other axes: liger's median throughput and peak memory over the baseline's."""
-    if "use_liger" not in swept:
+def arms_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """For each arm but the baseline, at each point of the other axes: its median throughput and peak
+    memory over the baseline's."""
+    if "arm" not in swept:
         return pd.DataFrame()
-    others = [axis for axis in swept if axis != "use_liger"]
+    others = [axis for axis in swept if axis != "arm"]
     keys = others or ["_all"]
     keyed = summary.assign(_all="all")
-    is_liger = keyed["use_liger"].astype(bool)
-    liger, base = keyed[is_liger].set_index(keys), keyed[~is_liger].set_index(keys)
+    base = keyed[keyed["arm"] == BASELINE][[*keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
+    treated = keyed[keyed["arm"] != BASELINE][["arm", *keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
+    out = treated.merge(base, on=keys, suffixes=("", "_baseline"))
     out = pd.DataFrame(
         {
-            "liger_runs": liger["statuses"],
-            "baseline_runs": base["statuses"],
-            "liger_tokens_per_second": liger["tokens_per_second"],
-            "baseline_tokens_per_second": base["tokens_per_second"],
-            "throughput_ratio": liger["tokens_per_second"] / base["tokens_per_second"],
-            "liger_peak_reserved_gib": liger["peak_reserved_gib"],
-            "baseline_peak_reserved_gib": base["peak_reserved_gib"],
-            "peak_reserved_ratio": liger["peak_reserved_gib"] / base["peak_reserved_gib"],
+            **{key: out[key] for key in keys},
+            "arm": out["arm"],
+            "arm_runs": out["statuses"],
+            "baseline_runs": out["statuses_baseline"],
+            "arm_tokens_per_second": out["tokens_per_second"],
+            "baseline_tokens_per_second": out["tokens_per_second_baseline"],
+            "throughput_ratio": out["tokens_per_second"] / out["tokens_per_second_baseline"],
+            "arm_peak_reserved_gib": out["peak_reserved_gib"],
+            "baseline_peak_reserved_gib": out["peak_reserved_gib_baseline"],
+            "peak_reserved_ratio": out["peak_reserved_gib"] / out["peak_reserved_gib_baseline"],
         }
-    ).reset_index()
+    )
     return out.drop(columns="_all") if not others else out
+
+
+def largest_fitting_batch(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per arm and point of the other axes (batch size aside): the largest batch size with an ok run and
+    the smallest one that ran out of memory. Empty when the batch size is not swept."""
+    batch = "per_device_train_batch_size"
+    if batch not in swept:
+        return pd.DataFrame()
+    keys = [axis for axis in swept if axis != batch] or ["_all"]
+    keyed = table.assign(_all="all")
+    ok = keyed[keyed["status"] == "ok"].groupby(keys, dropna=False)[batch].max().rename("largest_ok_batch")
+    oom = keyed[keyed["status"] == "oom"].groupby(keys, dropna=False)[batch].min().rename("smallest_oom_batch")
+    tried = keyed.groupby(keys, dropna=False)[batch].max().rename("largest_tried_batch")
+    out = pd.concat([ok, oom, tried], axis=1).reset_index()
+    for column in ("largest_ok_batch", "smallest_oom_batch"):
+        out[column] = out[column].astype("Int64")
+    return out.drop(columns="_all", errors="ignore")
+
+
+def recommendations(summary: pd.DataFrame, swept: list[str], capacity_gib: float | None) -> pd.DataFrame:
+    """Per arm: the fastest condition (median tokens/s) among those whose runs all ended ok, its peak
+    reserved memory and the headroom left on the GPU (capacity − peak reserved, in GiB and as a share)."""
+    if summary.empty or "tokens_per_second" not in summary:
+        return pd.DataFrame()
+    clean = summary[(summary["ok_runs"] == summary["runs"]) & summary["tokens_per_second"].notna()]
+    if clean.empty:
+        return pd.DataFrame()
+    group = "arm" if "arm" in swept else None
+    fastest = clean.groupby(group)["tokens_per_second"].idxmax() if group else [clean["tokens_per_second"].idxmax()]
+    best = clean.loc[fastest]
+    settings = [axis for axis in swept if axis != "arm"]
+    out = pd.DataFrame({"arm": best["arm"]} if group else {}, index=best.index)
+    out["configuration"] = (
+        best[settings].apply(lambda row: ", ".join(f"{k}={v}" for k, v in row.items()), axis=1)
+        if settings
+        else "as given"
+    )
+    out["tokens_per_second"] = best["tokens_per_second"]
+    out["peak_reserved_gib"] = best["peak_reserved_gib"]
+    if capacity_gib:
+        out["headroom_gib"] = capacity_gib - best["peak_reserved_gib"]
+        out["headroom_share"] = (out["headroom_gib"] / capacity_gib).map(lambda v: f"{v:.0%}" if pd.notna(v) else "–")
+    else:
+        out["headroom_gib"] = float("nan")
+        out["headroom_share"] = "unknown (no GPU capacity recorded)"
+    return out.sort_values("tokens_per_second", ascending=False).reset_index(drop=True)
 
 
 def ran_on_cpu(table: pd.DataFrame) -> bool:

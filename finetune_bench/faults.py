@@ -34,17 +34,17 @@ FAULT_KINDS = ("oom", "error", "exit", "segfault", "sigkill", "hang", "nan", "in
 FAKE_MEMORY_ENV = "FINETUNE_BENCH_FAKE_MEMORY_TOKENS"
 
 
-def fake_memory_cost(batch_size: int, seq_length: int, use_liger: bool) -> int:
+def fake_memory_cost(batch_size: int, seq_length: int, liger: bool) -> int:
     """What a run costs in the fake memory model."""
-    return batch_size * seq_length * (1 if use_liger else 2)
+    return batch_size * seq_length * (1 if liger else 2)
 
 
-def check_fake_memory(batch_size: int, seq_length: int, use_liger: bool) -> None:
+def check_fake_memory(batch_size: int, seq_length: int, liger: bool) -> None:
     """Raise an out-of-memory error if the fake memory model is on and the run does not fit."""
     capacity = os.environ.get(FAKE_MEMORY_ENV)
     if capacity is None:
         return
-    cost = fake_memory_cost(batch_size, seq_length, use_liger)
+    cost = fake_memory_cost(batch_size, seq_length, liger)
     if cost > int(capacity):
         import torch
 

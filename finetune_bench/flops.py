@@ -23,6 +23,25 @@ These are *model* FLOPs, not hardware FLOPs:
   multiplies it by a count of non-padding tokens. Padding tokens cost real FLOPs but are not
   useful work, so counting them would overstate MFU.
 
+Two other cases have their own count (`model_flops_per_token`):
+
+- LoRA (frozen base weights, trainable adapters): a frozen weight still takes part in the forward
+  pass (2 FLOPs per weight) and in the backward pass's gradient with respect to its input (2 more,
+  needed to reach the adapters below it), but it gets no weight gradient (the 2 it would cost are not
+  spent). So
+
+      LoRA training FLOPs per token = 6 * N_trainable + 4 * N_frozen + 12 * L * H * S
+
+  where N_trainable is the adapters' matmul weights (each LoRA A and B is a Linear: 2 * r * (in + out)
+  FLOPs per token forward) and N_frozen every other matmul weight (the base projections and the LM
+  head). A weight counts as trainable when `requires_grad` is set, so a full fine-tune is 6 * N as
+  above. The 4 * N_frozen assumes every layer has an adapter, as peft's "all-linear" does: the input
+  gradient then has to flow down to the first layer. With adapters on the upper layers only, the
+  layers below them need no backward at all, and this count overstates the work by up to 2 * N_frozen
+  of those layers.
+- Forward only (no backward, no optimizer; `training=False`): 2 * N + 4 * L * H * S (the forward
+  third of each term).
+
 `PEAK_BF16_DENSE_TFLOPS` holds the vendor's dense (no 2:4 structured sparsity) BF16 tensor-core
 peak of each GPU, and `peak_bf16_tflops` maps a `torch.cuda.get_device_name()` string to it. An
 unrecognized GPU gets no peak (None), never a guess, so MFU is None rather than wrong.
@@ -109,17 +128,33 @@ def matmul_parameters(model: torch.nn.Module) -> int:
     which are additions, nor norm weights, which are elementwise.
 
     Reads only shapes, so the model may live on the `meta` device. Linear layers replaced by other
-    module types (fused or quantized kernels, LoRA adapters' wrappers) are not recognized.
+    module types (fused or quantized kernels) are not recognized. A peft LoRA layer is a wrapper module
+    holding the original Linear (`base_layer`) and the adapters' two Linears (`lora_A`, `lora_B`), so all
+    three count, each once.
     """
     return sum(_matmul_weight_numel(module) for module in model.modules())
 
 
-def attention_flops_per_token(num_layers: int, hidden_size: int, seq_len: float) -> float:
-    """Training FLOPs per token of the attention score and value matmuls: 12 * L * H * S.
+def trainable_and_frozen_matmul_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """`matmul_parameters(model)` split by whether the module's weight is trained (`requires_grad`)."""
+    trainable = frozen = 0
+    for module in model.modules():
+        numel = _matmul_weight_numel(module)
+        if numel and module.weight.requires_grad:
+            trainable += numel
+        else:
+            frozen += numel
+    return trainable, frozen
+
+
+def attention_flops_per_token(num_layers: int, hidden_size: int, seq_len: float, training: bool = True) -> float:
+    """Training FLOPs per token of the attention score and value matmuls: 12 * L * H * S (forward
+    only, `training=False`: 4 * L * H * S).
 
     Per layer and per token, the forward pass computes one row of Q K^T (S dot products of length
     H: 2 * S * H FLOPs) and one row of softmax(Q K^T) V (another 2 * S * H); the backward pass costs
-    twice the forward, so 3 * 4 * S * H = 12 * S * H per layer.
+    twice the forward, so 3 * 4 * S * H = 12 * S * H per layer. The backward's gradients are with
+    respect to Q, K and V, which LoRA training needs too (they lead to the adapters), so LoRA keeps 12.
 
     `hidden_size` is the attention width, `num_attention_heads * head_dim`, which is not always the
     model's hidden size (Gemma 7B, for one: 16 heads * 256 = 4096, hidden_size 3072). Grouped-query
@@ -132,25 +167,45 @@ def attention_flops_per_token(num_layers: int, hidden_size: int, seq_len: float)
     passed; with sequences of different lengths s_i the exact figure per token uses the
     token-weighted mean sum(s_i**2) / sum(s_i), since each token attends over its own sequence.
     """
-    return 12.0 * num_layers * hidden_size * seq_len
+    return (12.0 if training else 4.0) * num_layers * hidden_size * seq_len
 
 
-def training_flops_per_token(model: torch.nn.Module, seq_len: float) -> float:
-    """Model FLOPs per trained token: 6 * matmul_parameters(model) + 12 * L * H * S.
+def model_flops_per_token(model: torch.nn.Module, seq_len: float, training: bool = True) -> float:
+    """Model FLOPs per token: 6 * N_trainable + 4 * N_frozen + 12 * L * H * S when training (6 * N +
+    12 * L * H * S in a full fine-tune, where nothing is frozen), 2 * N + 4 * L * H * S forward only.
 
-    L is `num_hidden_layers` and H is `num_attention_heads * head_dim`, read from `model.config`
-    (its text config where the model has one, e.g. a vision-language model); head_dim is
-    `config.head_dim` when set, else `hidden_size // num_attention_heads`. S is the sequence length
-    the attention term is computed for (see `attention_flops_per_token`). See the module docstring
-    for what this counts and what it does not (recomputation, padding).
+    N is `matmul_parameters(model)`, split by `requires_grad` (so call this after freezing, e.g. after
+    wrapping the model for LoRA). L is `num_hidden_layers` and H is `num_attention_heads * head_dim`,
+    read from `model.config` (its text config where the model has one, e.g. a vision-language model);
+    head_dim is `config.head_dim` when set, else `hidden_size // num_attention_heads`. S is the sequence
+    length the attention term is computed for (see `attention_flops_per_token`). See the module
+    docstring for what this counts and what it does not (recomputation, padding, LoRA's lower layers).
     """
     config = model.config
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     num_heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-    attention = attention_flops_per_token(config.num_hidden_layers, num_heads * head_dim, seq_len)
-    return 6.0 * matmul_parameters(model) + attention
+    attention = attention_flops_per_token(config.num_hidden_layers, num_heads * head_dim, seq_len, training)
+    trainable, frozen = trainable_and_frozen_matmul_parameters(model)
+    if not training:
+        return 2.0 * (trainable + frozen) + attention
+    return 6.0 * trainable + 4.0 * frozen + attention
+
+
+def training_flops_per_token(model: torch.nn.Module, seq_len: float) -> float:
+    """Model FLOPs per trained token (`model_flops_per_token` with `training=True`)."""
+    return model_flops_per_token(model, seq_len, training=True)
+
+
+def flops_formula(model: torch.nn.Module, training: bool = True) -> str:
+    """The count `model_flops_per_token` uses for `model`, in words, for the run's record."""
+    if not training:
+        return "forward only: 2*N + 4*L*H*S"
+    _, frozen = trainable_and_frozen_matmul_parameters(model)
+    if frozen:
+        return "training, frozen weights (LoRA): 6*N_trainable + 4*N_frozen + 12*L*H*S"
+    return "training: 6*N + 12*L*H*S"
 
 
 def peak_bf16_tflops(gpu_name: str) -> float | None:
@@ -170,8 +225,9 @@ def peak_bf16_tflops(gpu_name: str) -> float | None:
 def mfu(achieved_tflops: float, gpu_name: str) -> float | None:
     """Model FLOPs utilization: achieved model TFLOP/s over the GPU's dense BF16 peak.
 
-    `achieved_tflops` is model FLOPs (see `training_flops_per_token`) per second per GPU, in
-    TFLOP/s. Returns a fraction (0.4 for 40 %), or None when the GPU's peak is unknown.
+    `achieved_tflops` is model FLOPs (see `model_flops_per_token`: training, LoRA or forward-only
+    counts) per second per GPU, in TFLOP/s. Returns a fraction (0.4 for 40 %), or None when the
+    GPU's peak is unknown.
     """
     peak = peak_bf16_tflops(gpu_name)
     if peak is None:

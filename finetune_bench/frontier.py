@@ -26,6 +26,7 @@ from finetune_bench.spec import (
     SpecError,
     StrictFromJson,
     TrainingArgs,
+    check_setting,
     validate,
     validate_condition,
 )
@@ -56,7 +57,8 @@ class Arm(StrictFromJson):
 
     SECTION = "arms[]"
 
-    use_liger: bool = False
+    # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
+    arm: str = "baseline"
 
 
 def arm_overrides(arm: Arm) -> dict:
@@ -64,9 +66,9 @@ def arm_overrides(arm: Arm) -> dict:
 
 
 def arm_name(arm: Arm) -> str:
-    """`liger` or `baseline`, followed by the arm's other settings, if any."""
-    others = {k: v for k, v in arm_overrides(arm).items() if k != "use_liger"}
-    return ",".join(["liger" if arm.use_liger else "baseline"] + [f"{k}={v}" for k, v in others.items()])
+    """The arm's name (`liger`, `baseline`, ...), followed by its other settings, if any."""
+    others = {k: v for k, v in arm_overrides(arm).items() if k != "arm"}
+    return ",".join([arm.arm] + [f"{k}={v}" for k, v in others.items()])
 
 
 @dataclass
@@ -287,7 +289,7 @@ class _Range(NamedTuple):
 
 
 def _no_axes() -> ExperimentArgs:
-    return ExperimentArgs(use_liger=[], per_device_train_batch_size=[])
+    return ExperimentArgs(arm=[], per_device_train_batch_size=[])
 
 
 def _check_int(key: str, value, minimum: int) -> None:
@@ -305,10 +307,10 @@ def _check_bool(key: str, value) -> bool:
 
 def _check_arms(arms: list[Arm]) -> None:
     if not arms:
-        raise SpecError("arms must list at least one arm, e.g. [{use_liger: true}, {use_liger: false}]")
+        raise SpecError("arms must list at least one arm, e.g. [{arm: liger}, {arm: baseline}]")
     for index, arm in enumerate(arms):
         for name, value in arm_overrides(arm).items():
-            _check_bool(f"arms[{index}].{name}", value)
+            check_setting(f"arms[{index}].{name}", name, value)
     names = [arm_name(arm) for arm in arms]
     if len(set(names)) != len(names):
         raise SpecError(f"arms repeats an arm: {names}")
@@ -480,7 +482,7 @@ def child_probe(dataset_dir: Path, model_dir: Path, work_dir: Path, timeout_s: f
 
     def probe(training_args: TrainingArgs) -> ProbeOutcome:
         number = next(counter)
-        point = {"use_liger": training_args.use_liger, BATCH_SIZE: training_args.per_device_train_batch_size}
+        point = {"arm": training_args.arm, BATCH_SIZE: training_args.per_device_train_batch_size}
         point[SEQ_LENGTH] = training_args.max_seq_length
         run = PlannedRun(
             condition_id=condition_id(point), run_number=number, training_args=training_args, swept_axes=[]

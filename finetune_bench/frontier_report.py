@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
 from finetune_bench.analyze import GIB
+from finetune_bench.arms import BASELINE
 from finetune_bench.frontier import (
     BATCH_SIZE,
     DIMENSIONS,
@@ -30,13 +31,13 @@ from finetune_bench.frontier import (
     frontier_probe,
 )
 from finetune_bench.report import (
-    _ENVIRONMENT_KEYS,
-    ARM_PALETTE,
     CPU_WARNING,
+    ENVIRONMENT_KEYS,
     Report,
-    _figure_html,
-    _table_html,
+    arm_palette,
     build_report,
+    figure_html,
+    table_html,
 )
 from finetune_bench.results import LOST
 
@@ -119,31 +120,33 @@ def probes_table(results: list[FrontierResult | None]) -> pd.DataFrame:
 
 
 def frontier_ratios(frontiers: pd.DataFrame) -> pd.DataFrame:
-    """Per dimension (and setting held fixed): liger's frontier over the baseline's."""
-    if "use_liger" not in frontiers or frontiers["use_liger"].nunique() < 2:
+    """Per dimension (and setting held fixed) and per arm other than the baseline: its frontier over the
+    baseline's."""
+    if BASELINE not in set(frontiers["arm"]) or frontiers["arm"].nunique() < 2:
         return pd.DataFrame()
     keys = ["dimension", "at", *_other_arm_fields(frontiers)]
-    wide = frontiers.pivot(index=keys, columns="use_liger", values=["frontier", "status"])
-    out = pd.DataFrame(
-        {
-            "liger_frontier": wide[("frontier", True)],
-            "liger_status": wide[("status", True)],
-            "baseline_frontier": wide[("frontier", False)],
-            "baseline_status": wide[("status", False)],
-        }
-    )
-    out["ratio"] = out["liger_frontier"].astype("Float64") / out["baseline_frontier"].astype("Float64")
-    out["note"] = [_ratio_note(*statuses) for statuses in zip(out["liger_status"], out["baseline_status"], strict=True)]
-    return out.reset_index()
+    base = frontiers[frontiers["arm"] == BASELINE][[*keys, "frontier", "status"]]
+    others = frontiers[frontiers["arm"] != BASELINE][["arm", *keys, "frontier", "status"]]
+    out = others.merge(base, on=keys, suffixes=("", "_baseline")).rename(
+        columns={"frontier": "arm_frontier", "status": "arm_status", "frontier_baseline": "baseline_frontier",
+                 "status_baseline": "baseline_status"}
+    )  # fmt: skip
+    out["ratio"] = out["arm_frontier"].astype("Float64") / out["baseline_frontier"].astype("Float64")
+    out["note"] = [
+        _ratio_note(arm, *statuses)
+        for arm, statuses in zip(out["arm"], zip(out["arm_status"], out["baseline_status"], strict=True), strict=True)
+    ]
+    return out[["dimension", "at", *keys[2:], "arm", "arm_frontier", "arm_status", "baseline_frontier",
+                "baseline_status", "ratio", "note"]]  # fmt: skip
 
 
 def _other_arm_fields(frontiers: pd.DataFrame) -> list[str]:
-    return [name for name in arm_overrides(Arm()) if name != "use_liger" and name in frontiers]
+    return [name for name in arm_overrides(Arm()) if name != "arm" and name in frontiers]
 
 
-def _ratio_note(liger_status: str, baseline_status: str) -> str:
+def _ratio_note(arm_name: str, arm_status: str, baseline_status: str) -> str:
     notes = []
-    for arm, status in (("liger", liger_status), ("baseline", baseline_status)):
+    for arm, status in ((arm_name, arm_status), (BASELINE, baseline_status)):
         if status == REACHED_CAP:
             notes.append(f"{arm} reached the cap (its frontier is a lower bound)")
         elif status == PROBE_FAILED:
@@ -175,22 +178,17 @@ def headlines(frontiers: pd.DataFrame) -> list[str]:
         label = DIMENSION_LABELS[dimension]
         parts = ", ".join(f"{row.arm} {frontier_text(row)}" for row in group.itertuples())
         lines.append(f"Largest {label} at {at}: {parts}.")
-        liger = group[group["use_liger"] & group["frontier"].notna()]
-        baseline = group[~group["use_liger"].astype(bool) & group["first_oom"].notna()]
-        for lig, base in itertools.product(liger.itertuples(), baseline.itertuples()):
+        treated = group[(group["arm"] != BASELINE) & group["frontier"].notna()]
+        baseline = group[(group["arm"] == BASELINE) & group["first_oom"].notna()]
+        for lig, base in itertools.product(treated.itertuples(), baseline.itertuples()):
             if lig.frontier >= base.first_oom:
-                line = f"With liger, {label} {lig.frontier} trains where the baseline runs out of memory"
+                line = f"With {lig.arm}, {label} {lig.frontier} trains where the baseline runs out of memory"
                 line += f" (from {base.first_oom})"
                 if pd.notna(base.frontier):
                     at_least = "at least " if lig.status in (REACHED_CAP, PROBE_FAILED) else ""
                     line += f": {at_least}×{lig.frontier / base.frontier:.2f} the baseline's frontier"
                 lines.append(line + ".")
     return lines
-
-
-def _palette(arms: list[str]) -> dict[str, str]:
-    extra = iter(sns.color_palette("tab10").as_hex())
-    return {arm: ARM_PALETTE.get(arm) or next(extra) for arm in arms}
 
 
 def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
@@ -206,7 +204,7 @@ def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
     data = probes.assign(plotted_memory_gib=probes[memory].fillna(ceiling))
     dimensions = [d for d in DIMENSIONS if d in set(data["dimension"])]
     statuses = [s for s in _PROBE_MARKERS if s in set(data["status"])]
-    palette = _palette(list(dict.fromkeys(data["arm"])))
+    palette = arm_palette(data["arm"])
     grid = sns.relplot(
         data=data, x="value", y="plotted_memory_gib", hue="arm", style="status", col="dimension",
         col_order=dimensions, style_order=statuses, markers=_PROBE_MARKERS, palette=palette,
@@ -257,13 +255,13 @@ def build_frontier_report(
     ratios = frontier_ratios(frontiers)
     if not ratios.empty:
         summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
-        summary.append(_table_html(_for_display(ratios)))
+        summary.append(table_html(_for_display(ratios)))
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         "of memory, the peak memory of the probe at the frontier (GiB) against the GPU's capacity, and what the "
         "search cost (probes, and GPU seconds: the sum of the probes' wall times).</p>"
     )
-    summary.append(_table_html(_for_display(frontiers)))
+    summary.append(table_html(_for_display(frontiers)))
     summary.append(
         "<p>"
         + html.escape(
@@ -272,21 +270,21 @@ def build_frontier_report(
         )
         + "</p>"
     )
-    env_items = {k: v for k, v in environment.items() if k in _ENVIRONMENT_KEYS}
+    env_items = {k: v for k, v in environment.items() if k in ENVIRONMENT_KEYS}
     if gpu_memory_gib:
         env_items["gpu_memory_gib"] = f"{gpu_memory_gib:.1f}"
     if env_items:
-        summary.append(_table_html(pd.DataFrame([env_items])))
+        summary.append(table_html(pd.DataFrame([env_items])))
     sections["Frontier"] = "\n".join(summary)
 
     if probes.empty:
         sections["Probes"] = "<p>No probe ran.</p>"
     else:
         parts = [
-            _figure_html(probes_figure(probes, gpu_memory_gib), "probes: size against peak memory"),
+            figure_html(probes_figure(probes, gpu_memory_gib), "probes: size against peak memory"),
             "<p>One point per probe (retries and re-probes included); a probe that measured no peak (out of memory "
             "at its first step, or failed) is drawn on the capacity line, or on the top of the panel.</p>",
-            _table_html(probes.drop(columns=["error_tail"])),
+            table_html(probes.drop(columns=["error_tail"])),
         ]
         for row in probes[~probes["status"].isin(["ok", "oom"])].itertuples():
             parts.append(
@@ -298,7 +296,7 @@ def build_frontier_report(
     if throughput is None or throughput.empty:
         sections["Throughput"] = "<p>Throughput was not measured at the frontier (measure_throughput is off).</p>"
     else:
-        swept = [c for c in ("use_liger", BATCH_SIZE) if c in throughput]
+        swept = [c for c in ("arm", BATCH_SIZE) if c in throughput]
         benchmark = build_report(throughput, swept, environment, throughput_steps).sections
         intro = (
             "<p>Full-length runs (the training settings' max_steps, repeated n_runs times) of every arm at its own "
@@ -306,7 +304,7 @@ def build_frontier_report(
         )
         sections["Throughput"] = intro + "\n".join(
             f"<h3>{html.escape(name)}</h3>{benchmark[name]}"
-            for name in ("Summary", "Figures", "Conditions", "Failures")
+            for name in ("Summary", "Throughput", "Memory", "Conditions")
             if name in benchmark
         )
     return Report(sections=sections)

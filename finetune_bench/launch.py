@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from finetune_bench.arms import parse_arm
 from finetune_bench.cpu_triton import INTERPRETER_ENV
 from finetune_bench.faults import RUN_ENV
 from finetune_bench.plan import PlannedRun
@@ -29,7 +30,7 @@ _KILL_GRACE_S = 10
 
 
 def _needs_triton_interpreter(run: PlannedRun) -> bool:
-    if not run.training_args.use_liger:
+    if not parse_arm(run.training_args.arm).liger:
         return False
     if run.training_args.device == "cpu":
         return True
@@ -57,7 +58,17 @@ def child_env(run: PlannedRun) -> dict[str, str]:
 def run_in_child(
     run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: Path, timeout_s: float
 ) -> ConditionResult:
-    """Train `run` in a child process under `work_dir`; classify how it ended (ok/oom/error/timeout)."""
+    """Train `run` in a child process under `work_dir`; classify how it ended (ok/oom/error/timeout).
+    A run refused at planning ends as an error with the refusal as its reason, and launches nothing."""
+    if run.refused:
+        return ConditionResult(
+            condition_id=run.condition_id,
+            run_number=run.run_number,
+            swept_axes=list(run.swept_axes),
+            training_args=run.training_args,
+            status="error",
+            reason=run.refused,
+        )
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     condition_file = work_dir / "condition.json"

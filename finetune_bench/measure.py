@@ -146,16 +146,20 @@ class StepRecorder:
     _flops_fixed: float | None = None
     _flops_per_seq_len: float = 0.0
     _flops: float = 0.0
+    flops_formula: str = ""
     _gc: GcTimer = field(default_factory=GcTimer)
     _gc_at_last_end: float = 0.0
     _allocator_at_last_end: tuple[int, int] = (0, 0)
 
-    def attach_model(self, model: torch.nn.Module) -> None:
-        """Enable model-FLOPs accounting (see `finetune_bench.flops`) for `model`."""
-        from finetune_bench.flops import training_flops_per_token
+    def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
+        """Enable model-FLOPs accounting (see `finetune_bench.flops`) for `model`: a training step's count
+        (frozen weights, e.g. under LoRA, get no weight-gradient FLOPs: attach after freezing), or a
+        forward pass's (`training=False`). `flops_formula` says which count was used."""
+        from finetune_bench.flops import flops_formula, model_flops_per_token
 
-        self._flops_fixed = training_flops_per_token(model, 0)
-        self._flops_per_seq_len = training_flops_per_token(model, 1) - self._flops_fixed
+        self._flops_fixed = model_flops_per_token(model, 0, training)
+        self._flops_per_seq_len = model_flops_per_token(model, 1, training) - self._flops_fixed
+        self.flops_formula = flops_formula(model, training)
 
     @property
     def _cuda(self) -> bool:

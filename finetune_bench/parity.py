@@ -1,12 +1,14 @@
-"""Does Liger change what the model learns? Step-by-step loss curves of liger runs against their baselines.
+"""Does an arm change what the model learns? Step-by-step loss curves of each arm's runs against the baseline's.
 
-A liger run and a baseline run with the same values of every other swept axis and the same `run_number`
+A run of an arm and a baseline run with the same values of every other swept axis and the same `run_number`
 share the seed and the data order by construction, so their losses should agree step for step up to
 kernel-level numerical noise. This module pairs them and reports, per pair, how far the curves drift apart.
 """
 
 import numpy as np
 import pandas as pd
+
+from finetune_bench.arms import BASELINE
 
 # Tolerances for "the same loss", with the `numpy.isclose` rule |liger - baseline| <= atol + rtol * |baseline|.
 # Liger's own bf16 convergence tests (test/convergence/bf16 in linkedin/Liger-Kernel) compare the per-step
@@ -19,7 +21,8 @@ LOSS_RTOL = 5e-2
 
 _PAIR_COLUMNS = [
     "run_number",
-    "liger_condition_id",
+    "arm",
+    "arm_condition_id",
     "baseline_condition_id",
     "steps_compared",
     "max_abs_diff",
@@ -31,45 +34,46 @@ MATCH, DIVERGED, NO_OVERLAP = "match", "diverged", "no overlap"
 
 
 def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
-    """One row per (liger run, baseline run) pair with the same other axes and `run_number`.
+    """One row per (arm run, baseline run) pair with the same other axes and `run_number`, for every arm but
+    the baseline.
 
     Compares the two loss curves on the steps both have with a non-NaN loss. Columns: the other swept axes
-    (under their names), then `run_number`, `liger_condition_id`, `baseline_condition_id`, `steps_compared`,
+    (under their names), then `run_number`, `arm`, `arm_condition_id`, `baseline_condition_id`, `steps_compared`,
     `max_abs_diff`, `max_rel_diff` (relative to |baseline|), `first_divergent_step` (nullable int: the first
     step outside LOSS_ATOL + LOSS_RTOL * |baseline|) and `verdict` ("match", "diverged" or "no overlap").
-    A liger run without a baseline partner (or the reverse) gets no row. Empty (with those columns) when
-    `use_liger` is not swept or there are no steps.
+    A run without a baseline partner (or the reverse) gets no row. Empty (with those columns) when
+    `arm` is not swept or there are no steps.
     """
-    others = [axis for axis in swept if axis != "use_liger"]
+    others = [axis for axis in swept if axis != "arm"]
     columns = [*others, *_PAIR_COLUMNS]
-    if "use_liger" not in swept or steps.empty:
+    if "arm" not in swept or steps.empty:
         return _empty(columns)
 
     keys = [*others, "run_number"]
-    runs = steps[["condition_id", *keys, "use_liger"]].drop_duplicates(["condition_id", "run_number"])
-    is_liger = _truthy(runs["use_liger"])
-    liger = runs[is_liger].drop(columns="use_liger").rename(columns={"condition_id": "liger_condition_id"})
-    base = runs[~is_liger].drop(columns="use_liger").rename(columns={"condition_id": "baseline_condition_id"})
-    pairs = liger.merge(base, on=keys, how="inner").reset_index(drop=True)
+    runs = steps[["condition_id", *keys, "arm"]].drop_duplicates(["condition_id", "run_number"])
+    is_baseline = runs["arm"] == BASELINE
+    treated = runs[~is_baseline].rename(columns={"condition_id": "arm_condition_id"})
+    base = runs[is_baseline].drop(columns="arm").rename(columns={"condition_id": "baseline_condition_id"})
+    pairs = treated.merge(base, on=keys, how="inner").reset_index(drop=True)
     if pairs.empty:
         return _empty(columns)
     pairs["_pair"] = np.arange(len(pairs))
 
     losses = steps.loc[steps["loss"].notna(), ["condition_id", "run_number", "step", "loss"]]
-    liger_losses = losses.rename(columns={"condition_id": "liger_condition_id", "loss": "liger_loss"})
+    arm_losses = losses.rename(columns={"condition_id": "arm_condition_id", "loss": "arm_loss"})
     base_losses = losses.rename(columns={"condition_id": "baseline_condition_id", "loss": "baseline_loss"})
     compared = (
-        pairs[["_pair", "run_number", "liger_condition_id", "baseline_condition_id"]]
-        .merge(liger_losses, on=["liger_condition_id", "run_number"])
+        pairs[["_pair", "run_number", "arm_condition_id", "baseline_condition_id"]]
+        .merge(arm_losses, on=["arm_condition_id", "run_number"])
         .merge(base_losses, on=["baseline_condition_id", "run_number", "step"])
     )
 
-    liger_loss = compared["liger_loss"].to_numpy(dtype=float)
+    arm_loss = compared["arm_loss"].to_numpy(dtype=float)
     base_loss = compared["baseline_loss"].to_numpy(dtype=float)
-    abs_diff = np.abs(liger_loss - base_loss)
+    abs_diff = np.abs(arm_loss - base_loss)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel_diff = np.where(abs_diff == 0, 0.0, abs_diff / np.abs(base_loss))
-    divergent = ~np.isclose(liger_loss, base_loss, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    divergent = ~np.isclose(arm_loss, base_loss, rtol=LOSS_RTOL, atol=LOSS_ATOL)
     per_step = pd.DataFrame(
         {
             "_pair": compared["_pair"].to_numpy(),
@@ -98,16 +102,16 @@ def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
 
 def with_loss_parity(table: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:
     """`table` (one row per run) with a `loss_parity` column: the verdict of the pair each run belongs to
-    (a liger run and its baseline get the same one), empty for a run in no pair."""
+    (an arm's run and its baseline get the same one), empty for a run in no pair."""
     verdicts = pd.concat(
         [
             parity[[f"{arm}_condition_id", "run_number", "verdict"]].rename(
                 columns={f"{arm}_condition_id": "condition_id", "verdict": "loss_parity"}
             )
-            for arm in ("liger", "baseline")
+            for arm in ("arm", "baseline")
         ]
     )
-    # A baseline paired with several liger runs (another axis swept on the liger side only) keeps the worst verdict.
+    # A baseline paired with several arms' runs keeps the worst verdict.
     verdicts = verdicts.sort_values("loss_parity", key=lambda v: v != DIVERGED).drop_duplicates(
         ["condition_id", "run_number"]
     )
@@ -121,7 +125,7 @@ def with_loss_parity(table: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:
 def parity_summary(parity: pd.DataFrame) -> str:
     """One plain-text line for a report: how many pairs match, or the first divergence."""
     if parity.empty:
-        return "Loss parity: no liger/baseline pair to compare."
+        return "Loss parity: no arm/baseline pair to compare."
     total = len(parity)
     verdicts = parity["verdict"]
     n_match, n_diverged, n_none = (int((verdicts == v).sum()) for v in (MATCH, DIVERGED, NO_OVERLAP))
@@ -129,29 +133,24 @@ def parity_summary(parity: pd.DataFrame) -> str:
         diverged = parity[verdicts == DIVERGED]
         first = diverged.loc[diverged["first_divergent_step"].astype(float).idxmin()]
         others = [c for c in parity.columns if c not in _PAIR_COLUMNS]
-        where = ", ".join([*(f"{axis}={first[axis]}" for axis in others), f"run {first['run_number']}"])
+        where = ", ".join(
+            [f"arm {first['arm']}", *(f"{axis}={first[axis]}" for axis in others), f"run {first['run_number']}"]
+        )
         head = (
             f"{n_diverged} of {total} {_plural(total, 'pair')} diverged "
             f"(first at step {first['first_divergent_step']}: {where})"
         )
     elif n_match:
         verb = "matches" if n_match == 1 else "match"
-        head = (
-            f"{n_match} liger/baseline {_plural(n_match, 'pair')} {verb} within atol {LOSS_ATOL:g}, rtol {LOSS_RTOL:g}"
-        )
+        head = f"{n_match} arm/baseline {_plural(n_match, 'pair')} {verb} within atol {LOSS_ATOL:g}, rtol {LOSS_RTOL:g}"
     else:
-        return f"Loss parity: none of {total} liger/baseline {_plural(total, 'pair')} has a common step with a loss."
+        return f"Loss parity: none of {total} arm/baseline {_plural(total, 'pair')} has a common step with a loss."
     tail = f"; {n_none} of {total} had no common step with a loss" if n_none else ""
     return f"Loss parity: {head}{tail}."
 
 
 def _plural(n: int, word: str) -> str:
     return word if n == 1 else f"{word}s"
-
-
-def _truthy(values: pd.Series) -> pd.Series:
-    """`use_liger` as booleans, also when it went through a CSV as the strings "True"/"False"."""
-    return values.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0"}).astype(bool)
 
 
 _EMPTY_DTYPES = {

@@ -4,7 +4,14 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from finetune_bench.spec import ExperimentArgs, TrainingArgs, swept_axes, validate, validate_condition
+from finetune_bench.spec import (
+    ConditionRefused,
+    ExperimentArgs,
+    TrainingArgs,
+    swept_axes,
+    validate,
+    validate_condition,
+)
 
 
 @dataclass
@@ -16,10 +23,13 @@ class PlannedRun:
     training_args: TrainingArgs
     # The axes that vary in this experiment, so the analysis knows which columns to group by.
     swept_axes: list[str]
+    # Why this run cannot run at all (e.g. a liger arm on a model type Liger cannot patch): it ends as an
+    # `error` result with this reason, without being launched, and the other conditions still run.
+    refused: str = ""
 
 
 def condition_id(axis_values: dict[str, object]) -> str:
-    """A stable, readable id such as `use_liger=True,per_device_train_batch_size=8`."""
+    """A stable, readable id such as `arm=liger,per_device_train_batch_size=8`."""
     return ",".join(f"{name}={value}" for name, value in axis_values.items()) or "baseline"
 
 
@@ -32,15 +42,20 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
     validate(experiment_args, training_args, n_runs)
     axes = swept_axes(experiment_args)
     grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
-    for point in grid:
-        validate_condition(dataclasses.replace(training_args, **point), point)
+    refusals = {}
+    for index, point in enumerate(grid):
+        try:
+            validate_condition(dataclasses.replace(training_args, **point), point)
+        except ConditionRefused as refusal:
+            refusals[index] = str(refusal)
     return [
         PlannedRun(
             condition_id=condition_id(point),
             run_number=run_number,
             training_args=dataclasses.replace(training_args, **point),
             swept_axes=list(axes),
+            refused=refusals.get(index, ""),
         )
         for run_number in range(n_runs)
-        for point in grid
+        for index, point in enumerate(grid)
     ]

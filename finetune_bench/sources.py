@@ -14,11 +14,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from finetune_bench import formats
+from finetune_bench.spec import SYNTHETIC_LENGTH_DISTRIBUTIONS
+
 logger = logging.getLogger(__name__)
 
 RANDOM_PREFIX = "random:"
 SYNTHETIC_PREFIX = "synthetic:"
 SYNTHETIC_FORMATS = ("alpaca",)
+# What a prepared dataset directory records about its source (its format above all).
+SOURCE_FILE = "source.json"
 ARCHITECTURES_DIR = Path(__file__).parent / "architectures"
 RANDOM_INIT_MARKER = "random_init.json"
 COMPLETE_MARKER = ".complete"
@@ -98,19 +103,44 @@ def _sentence(rng: random.Random, words: list[str], n_words: int) -> str:
     return " ".join(rng.choice(words) for _ in range(n_words)).capitalize() + "."
 
 
-def generate_alpaca_records(num_examples: int, min_words: int, max_words: int, seed: int = 0) -> list[dict]:
-    """Alpaca-format records (instruction, input, output) with response lengths uniform in words."""
+# The lognormal response length: its median sits this far up the [min, max] range, and its spread
+# (sigma of the log) puts about one response in twenty beyond max (cut to max): chat-like lengths,
+# mostly short with a long tail.
+LOGNORMAL_MEDIAN_FRACTION = 0.25
+LOGNORMAL_SIGMA = 0.85
+
+
+def response_length(rng: random.Random, distribution: str, min_words: int, max_words: int) -> int:
+    """One response length in words, drawn from `distribution` (see `SYNTHETIC_LENGTH_DISTRIBUTIONS`)
+    and kept inside [min_words, max_words]."""
+    if distribution == "uniform":
+        return rng.randint(min_words, max_words)
+    if distribution == "fixed":
+        return max_words
+    span = max_words - min_words
+    if distribution == "normal":
+        # mean at the midpoint; the range is ±3 standard deviations, so about 0.3% are clipped
+        drawn = rng.gauss(min_words + span / 2, span / 6)
+    elif distribution == "lognormal":
+        drawn = min_words + span * LOGNORMAL_MEDIAN_FRACTION * rng.lognormvariate(0.0, LOGNORMAL_SIGMA)
+    else:
+        raise ValueError(f"unknown length distribution {distribution!r}; known: {list(SYNTHETIC_LENGTH_DISTRIBUTIONS)}")
+    return min(max_words, max(min_words, round(drawn)))
+
+
+def generate_alpaca_records(
+    num_examples: int, min_words: int, max_words: int, seed: int = 0, length_distribution: str = "uniform"
+) -> list[dict]:
+    """Alpaca-format records (instruction, input, output) with response lengths in words drawn from
+    `length_distribution` within [min_words, max_words]."""
     rng = random.Random(seed)
     words = _vocabulary(rng)
     records = []
     for _ in range(num_examples):
-        records.append(
-            {
-                "instruction": rng.choice(_TASKS),
-                "input": _sentence(rng, words, rng.randint(0, 24)) if rng.random() < 0.6 else "",
-                "output": _sentence(rng, words, rng.randint(min_words, max_words)),
-            }
-        )
+        instruction = rng.choice(_TASKS)
+        context = _sentence(rng, words, rng.randint(0, 24)) if rng.random() < 0.6 else ""
+        n_words = response_length(rng, length_distribution, min_words, max_words)
+        records.append({"instruction": instruction, "input": context, "output": _sentence(rng, words, n_words)})
     return records
 
 
@@ -206,12 +236,19 @@ def prepare_dataset(
     synthetic_max_words: int = 48,
     hf_token: str | None = None,
     root: Path | None = None,
+    config: str = "",
+    synthetic_length_distribution: str = "uniform",
 ) -> Path:
     """Make `dataset_name` available as a `datasets.save_to_disk` directory and return it.
 
-    - `synthetic:alpaca`: generated alpaca-format records (offline).
+    - `synthetic:alpaca`: generated alpaca-format records (offline), response lengths drawn from
+      `synthetic_length_distribution`.
     - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file.
-    - anything else: a hub id, fetched with `datasets.load_dataset`.
+    - anything else: a hub id, fetched with `datasets.load_dataset(dataset_name, config, split=split)`;
+      `config` empty means the registry's default for a dataset it knows (gsm8k: "main"), else none.
+
+    The directory records the dataset's format (`SOURCE_FILE`), found by hub id or by columns: a
+    dataset in no known format fails here, before any training.
     """
     import datasets
 
@@ -220,11 +257,26 @@ def prepare_dataset(
         fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
         if fmt not in SYNTHETIC_FORMATS:
             raise ValueError(f"unknown synthetic dataset {dataset_name!r}; known: {list(SYNTHETIC_FORMATS)}")
-        params = {"n": synthetic_num_examples, "min": synthetic_min_words, "max": synthetic_max_words}
+        if synthetic_length_distribution not in SYNTHETIC_LENGTH_DISTRIBUTIONS:
+            raise ValueError(
+                f"unknown synthetic_length_distribution {synthetic_length_distribution!r}; "
+                f"known: {list(SYNTHETIC_LENGTH_DISTRIBUTIONS)}"
+            )
+        params = {
+            "n": synthetic_num_examples,
+            "min": synthetic_min_words,
+            "max": synthetic_max_words,
+            "lengths": synthetic_length_distribution,
+        }
 
         def generate(d: Path) -> None:
-            records = generate_alpaca_records(synthetic_num_examples, synthetic_min_words, synthetic_max_words)
-            datasets.Dataset.from_list(records).save_to_disk(str(d / "data"))
+            records = generate_alpaca_records(
+                synthetic_num_examples,
+                synthetic_min_words,
+                synthetic_max_words,
+                length_distribution=synthetic_length_distribution,
+            )
+            _save(datasets.Dataset.from_list(records), d, dataset_name, {"split": "generated", **params})
 
         return _build_into(root / _slug(dataset_name, params), generate)
 
@@ -241,36 +293,45 @@ def prepare_dataset(
                 if builder is None:
                     raise ValueError(f"dataset_name {dataset_name!r}: unsupported file type {local.suffix!r}")
                 loaded = datasets.load_dataset(builder, data_files=str(local), split="train")
-            loaded.save_to_disk(str(d / "data"))
+            _save(loaded, d, str(local.resolve()), {"split": split})
 
         return _build_into(root / _slug(str(local.resolve()), {"split": split}), load_local)
 
+    hub_config = formats.default_config(dataset_name, config)
+    # Without a config the slug is the one earlier versions wrote: their downloads stay valid.
+    params = {"split": split, "config": hub_config} if hub_config else {"split": split}
+
     def fetch(d: Path) -> None:
-        datasets.load_dataset(dataset_name, split=split, token=hf_token).save_to_disk(str(d / "data"))
+        loaded = datasets.load_dataset(dataset_name, hub_config, split=split, token=hf_token)
+        _save(loaded, d, dataset_name, params)
 
-    return _build_into(root / _slug(dataset_name, {"split": split}), fetch)
+    return _build_into(root / _slug(dataset_name, params), fetch)
 
 
-ALPACA_PROMPT = "### Instruction:\n{instruction}\n\n{input_block}### Response:\n"
+def _save(dataset, dest: Path, dataset_name: str, params: dict) -> None:
+    """Save the rows and the source's description, its format included (an unknown format fails here)."""
+    fmt = formats.detect_format(dataset.column_names, dataset_name)
+    dataset.save_to_disk(str(dest / "data"))
+    (dest / SOURCE_FILE).write_text(json.dumps({"dataset_name": dataset_name, "format": fmt.name, **params}, indent=2))
+
+
+def dataset_format(dataset_dir: Path, columns) -> formats.DatasetFormat:
+    """The format recorded when the dataset was prepared; found from the columns for a directory
+    prepared before formats were recorded."""
+    source = Path(dataset_dir) / SOURCE_FILE
+    if source.is_file():
+        return formats.FORMATS[json.loads(source.read_text())["format"]]
+    return formats.detect_format(columns)
 
 
 def load_prompt_completion(dataset_dir: Path):
-    """Load a prepared dataset and map it to TRL's prompt/completion (or plain text) format."""
+    """Load a prepared dataset in TRL's prompt/completion (or plain text) format, converted by its
+    format's formatter (`finetune_bench.formats`)."""
     import datasets
 
     ds = datasets.load_from_disk(str(Path(dataset_dir) / "data"))
-    columns = set(ds.column_names)
-    if {"prompt", "completion"} <= columns or "text" in columns:
-        return ds
-    if {"instruction", "output"} <= columns:
-
-        def to_prompt_completion(row: dict) -> dict:
-            input_block = f"### Input:\n{row['input']}\n\n" if row.get("input") else ""
-            prompt = ALPACA_PROMPT.format(instruction=row["instruction"], input_block=input_block)
-            return {"prompt": prompt, "completion": row["output"]}
-
-        return ds.map(to_prompt_completion, remove_columns=ds.column_names)
-    raise ValueError(
-        f"dataset at {dataset_dir} has columns {sorted(columns)}; expected alpaca (instruction, input, output), "
-        "prompt/completion, or text"
-    )
+    try:
+        fmt = dataset_format(dataset_dir, ds.column_names)
+        return formats.to_prompt_completion(ds, fmt)
+    except ValueError as exc:
+        raise ValueError(f"dataset at {dataset_dir}: {exc}") from None

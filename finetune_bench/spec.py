@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BACKENDS = ("trl_sft", "hf_trainer", "plain_loop")
+BACKENDS = ("trl_sft", "hf_trainer", "plain_loop", "forward_only")
 # How the loss is computed (see `TrainingArgs.criterion`); the first is the default.
 CRITERIA = ("model", "trl", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy")
 # The criteria a backend can run.
@@ -20,9 +20,22 @@ BACKEND_CRITERIA = {
     "trl_sft": ("model", "trl"),
     "hf_trainer": ("model",),
     "plain_loop": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+    "forward_only": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
 }
+# Backends that train LoRA adapters (`TrainingArgs.lora_rank` > 0).
+LORA_BACKENDS = ("hf_trainer",)
+# transformers' `optim` names that every optimizer-building backend can build: the Trainer backends through
+# TrainingArguments, the plain loop through `Trainer.get_optimizer_cls_and_kwargs` (each was built and
+# stepped there on a CPU; `adamw_8bit` only with bitsandbytes, on a CUDA device).
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "adagrad", "rmsprop", "adamw_8bit")
+# Optimizers whose states live in bitsandbytes' 8-bit CUDA kernels.
+BITSANDBYTES_OPTIMIZERS = ("adamw_8bit",)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
+# How generated response lengths spread over their range (see `TrainingArgs.synthetic_length_distribution`).
+SYNTHETIC_LENGTH_DISTRIBUTIONS = ("uniform", "fixed", "normal", "lognormal")
+# Backends that implement `TrainingArgs.packing`.
+PACKING_BACKENDS = ("trl_sft", "plain_loop")
 
 
 class StrictFromJson:
@@ -63,19 +76,35 @@ class TrainingArgs(StrictFromJson):
 
     # What to train and on what. A model is a hub id, a local directory, or `random:<architecture>`
     # (a random-init model built from a bundled config, see `finetune_bench.sources.architectures`).
-    # A dataset is a hub id, a local path, or `synthetic:alpaca` (generated offline).
+    # A dataset is a hub id, a local path, or `synthetic:alpaca` (generated offline). Its rows become
+    # prompt/completion pairs by format (`finetune_bench.formats`): the hub ids it knows by name
+    # (tatsu-lab/alpaca, tau/commonsense_qa, openai/gsm8k, madrylab/gsm8k-platinum,
+    # OpenAssistant/oasst1), anything else by its columns.
     model_name: str = "random:tiny-llama"
     dataset_name: str = "synthetic:alpaca"
+    # A `datasets` split expression ("train", "test", "train[:1000]").
     dataset_split: str = "train"
+    # The hub dataset's config (`datasets.load_dataset(name, config)`); empty: the default of a dataset
+    # `finetune_bench.formats` knows ("main" for the gsm8k ones), no config for any other.
+    dataset_config: str = ""
     # Generated data only: how many examples, and the response length range in words.
     synthetic_num_examples: int = 256
     synthetic_min_words: int = 8
     synthetic_max_words: int = 48
+    # How response lengths spread over [synthetic_min_words, synthetic_max_words]: `uniform` (every
+    # length equally likely), `fixed` (every response synthetic_max_words long), `normal` (bell curve
+    # around the midpoint, the range being ±3 standard deviations), `lognormal` (chat-like: mostly
+    # short, median a quarter of the way up the range, a long tail; about 1 in 20 cut at the maximum).
+    synthetic_length_distribution: str = "uniform"
 
     # trl_sft: TRL's SFTTrainer (the blog's setup); hf_trainer: transformers' Trainer; plain_loop: a
-    # bare PyTorch loop (no Trainer).
+    # bare PyTorch loop (no Trainer); forward_only: the plain loop's batches and loss without backward or
+    # optimizer (inference time and memory; `optim` and the learning-rate settings are unused).
     backend: str = "trl_sft"
-    use_liger: bool = False
+    # What is switched on: `baseline`, `liger` (Liger's defaults), `liger:<kernel>` (one kernel alone),
+    # `compile`, `switchback`, combinations joined by `+` (`compile+liger`), or `baseline_repeat` (trains
+    # as `baseline`; an A/A comparison for the noise floor). See `finetune_bench.arms`.
+    arm: str = "baseline"
     # The loss. `model`: the model's forward computes it from the labels (transformers' cross entropy
     # on the full logits; Liger's fused linear cross entropy, no logits materialized, in a liger arm).
     # `trl`: TRL's own chunked LM-head loss (trl_sft only; what TRL 1.16 does by default, whatever
@@ -86,6 +115,12 @@ class TrainingArgs(StrictFromJson):
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     max_seq_length: int = 32
+    # Pack several examples into each sequence of max_seq_length tokens instead of padding each one
+    # (trl_sft: TRL's best-fit-decreasing packing, the batch flattened without padding; plain_loop:
+    # examples concatenated and cut into rows of exactly max_seq_length). Either way position_ids restart
+    # at every example and no attention mask is passed, so transformers keeps examples from attending to
+    # each other; a run checks that on its model before training and fails if they would.
+    packing: bool = False
     max_steps: int = 4
     # Steps excluded from the headline throughput (compilation, allocator warm-up, autotuning).
     timing_warmup_steps: int = 1
@@ -102,6 +137,14 @@ class TrainingArgs(StrictFromJson):
     # CPU interpreter).
     dtype: str = "auto"
     gradient_checkpointing: bool = False
+    # LoRA through peft (hf_trainer only): rank 0 trains every weight (a full fine-tune); a positive rank
+    # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
+    # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
+    # "q_proj,v_proj"), scaled by lora_alpha / lora_rank, with dropout `lora_dropout` on their input.
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_target_modules: str = "all-linear"
     device: str = "auto"
 
 
@@ -109,7 +152,8 @@ class TrainingArgs(StrictFromJson):
 class ExperimentArgs(StrictFromJson):
     """The swept settings: each field lists values of the `TrainingArgs` field of the same name.
 
-    An empty list means "not swept": the value in `TrainingArgs` is used.
+    An empty or omitted list means "not swept": the value in `TrainingArgs` is used. (The workflows'
+    embedded default, the CPU smoke grid, is `SMOKE_EXPERIMENT`.)
     """
 
     SECTION = "experiment_args"
@@ -117,15 +161,33 @@ class ExperimentArgs(StrictFromJson):
     def check(self) -> None:
         validate_experiment_args(self)
 
-    use_liger: list[bool] = field(default_factory=lambda: [True, False])
-    per_device_train_batch_size: list[int] = field(default_factory=lambda: [1, 2])
+    arm: list[str] = field(default_factory=list)
+    per_device_train_batch_size: list[int] = field(default_factory=list)
     max_seq_length: list[int] = field(default_factory=list)
     backend: list[str] = field(default_factory=list)
     criterion: list[str] = field(default_factory=list)
+    gradient_accumulation_steps: list[int] = field(default_factory=list)
+    gradient_checkpointing: list[bool] = field(default_factory=list)
+    optim: list[str] = field(default_factory=list)
+    dtype: list[str] = field(default_factory=list)
+    lora_rank: list[int] = field(default_factory=list)
+    # In YAML inputs write 2.0e-5, not 2e-5: YAML 1.1 (PyYAML) reads a mantissa without a dot as a string.
+    learning_rate: list[float] = field(default_factory=list)
+
+
+def smoke_experiment() -> "ExperimentArgs":
+    """The benchmark workflow's embedded default grid (inputs/smoke.yaml): liger against the baseline at
+    batch 1 and 2."""
+    return ExperimentArgs(arm=["liger", "baseline"], per_device_train_batch_size=[1, 2])
 
 
 class SpecError(ValueError):
     """An input that cannot be run; the message names the offending key and value."""
+
+
+class ConditionRefused(SpecError):
+    """One condition of a valid grid that cannot run (e.g. a liger arm on a model type Liger cannot
+    patch): it ends as an error result naming the reason, and the rest of the grid still runs."""
 
 
 def closest(name: str, valid: list[str]) -> str:
@@ -134,6 +196,11 @@ def closest(name: str, valid: list[str]) -> str:
     if not match:  # a prefix or a fragment: `dataset` for `dataset_name`
         match = [v for v in valid if v.startswith(name) or name in v][:1]
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+# Keys users bring from Liger's and TRL's own switches, and from earlier versions of these inputs.
+_LIGER_SWITCH_HINT = "liger on/off is the arm axis: arm: [liger, baseline]"
+_RENAMED = {"use_liger": _LIGER_SWITCH_HINT, "use_liger_kernel": _LIGER_SWITCH_HINT, "liger": _LIGER_SWITCH_HINT}
 
 
 def check_section(cls: type, section: str, data: Any) -> None:
@@ -147,7 +214,9 @@ def check_section(cls: type, section: str, data: Any) -> None:
     annotations = {f.name: f.type for f in dataclasses.fields(cls)}
     for key, value in data.items():
         if key not in annotations:
-            raise SpecError(f"{section}.{key} is not a setting{closest(str(key), list(annotations))}")
+            hint = _RENAMED.get(str(key)) if "arm" in annotations else None
+            suggestion = f" (did you mean 'arm'? {hint})" if hint else closest(str(key), list(annotations))
+            raise SpecError(f"{section}.{key} is not a setting{suggestion}")
         if cls is ExperimentArgs:
             if not isinstance(value, list):
                 raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
@@ -262,6 +331,27 @@ def _check_sources(training_args: TrainingArgs) -> None:
             )
     elif _looks_like_path(dataset) and not Path(dataset).expanduser().exists():
         raise SpecError(f"training_args.dataset_name: the local path {dataset!r} does not exist")
+    else:
+        _check_known_hub_dataset(training_args)
+
+
+def _check_known_hub_dataset(training_args: TrainingArgs) -> None:
+    """A split or config that a hub dataset of the registry does not have fails here, not after a download."""
+    from finetune_bench import formats
+
+    name, config = training_args.dataset_name, training_args.dataset_config
+    known = formats.known_dataset(name)
+    if known is None:
+        return
+    if config and config not in known.configs:
+        has = f"configs {list(known.configs)}" if known.configs else "no configs (leave dataset_config empty)"
+        raise SpecError(f"training_args.dataset_config: {name} has {has}, got {config!r}")
+    for split in formats.split_names(training_args.dataset_split):
+        if split not in known.splits:
+            raise SpecError(
+                f"training_args.dataset_split: {name} has no split {split!r} to train on; "
+                f"use one of {list(known.splits)}"
+            )
 
 
 def model_type(model_name: str) -> str | None:
@@ -286,7 +376,22 @@ _POSITIVE_INTS = {
     "synthetic_min_words",
     "synthetic_max_words",
 }
-_CHOICES = {"backend": BACKENDS, "criterion": CRITERIA, "dtype": DTYPES, "device": DEVICES}
+_CHOICES = {
+    "backend": BACKENDS,
+    "criterion": CRITERIA,
+    "dtype": DTYPES,
+    "device": DEVICES,
+    "optim": OPTIMIZERS,
+    "synthetic_length_distribution": SYNTHETIC_LENGTH_DISTRIBUTIONS,
+}
+
+
+def _looks_like_float(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _check_value(key: str, name: str, value: Any) -> None:
@@ -295,34 +400,105 @@ def _check_value(key: str, name: str, value: Any) -> None:
     if isinstance(value, bool) and expected != "bool":
         raise SpecError(f"{key} must be {expected}, got {value!r}")
     if not isinstance(value, python_type):
-        raise SpecError(f"{key} must be {expected}, got {value!r}")
+        hint = ""
+        if expected == "float" and isinstance(value, str) and _looks_like_float(value):
+            # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
+            hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
+        raise SpecError(f"{key} must be {expected}, got {value!r}{hint}")
     if name in _POSITIVE_INTS and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
     if name == "timing_warmup_steps" and value < 0:
         raise SpecError(f"{key} must not be negative, got {value!r}")
     if name in _CHOICES and value not in _CHOICES[name]:
         raise SpecError(f"{key} must be one of {list(_CHOICES[name])}, got {value!r}")
+    if name == "arm":
+        from finetune_bench.arms import ArmError, parse_arm
+
+        try:
+            parse_arm(value)
+        except ArmError as exc:
+            raise SpecError(f"{key}: {exc}") from None
     if name == "learning_rate" and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
+    if name == "lora_rank" and value < 0:
+        raise SpecError(f"{key} must not be negative (0 is a full fine-tune), got {value!r}")
+    if name == "lora_alpha" and value <= 0:
+        raise SpecError(f"{key} must be positive, got {value!r}")
+    if name == "lora_dropout" and not 0 <= value < 1:
+        raise SpecError(f"{key} must be in [0, 1), got {value!r}")
+    if name == "lora_target_modules" and not all(part.strip() for part in value.split(",")):
+        raise SpecError(f"{key} must be 'all-linear' or comma-separated module names, got {value!r}")
+
+
+def check_setting(key: str, name: str, value: Any) -> None:
+    """Check one value of the TrainingArgs setting `name` (type, range, choices); `key` is how the
+    inputs spell where it came from."""
+    _check_value(key, name, value)
+
+
+def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
+    """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
+    backend, optim = training_args.backend, training_args.optim
+    if training_args.lora_rank > 0 and backend not in LORA_BACKENDS:
+        raise SpecError(
+            f"lora_rank {training_args.lora_rank} does not run with backend {backend!r}{where}: LoRA is "
+            f"applied by backend {list(LORA_BACKENDS)} only; use lora_rank 0 (a full fine-tune) with {backend!r}"
+        )
+    if optim in BITSANDBYTES_OPTIMIZERS and backend != "forward_only":  # forward_only builds no optimizer
+        import importlib.util
+
+        # Looked up, not imported: importing bitsandbytes probes CUDA, slow and noisy on a planning host.
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise SpecError(
+                f"optim {optim!r}{where} needs bitsandbytes, which is not installed here: install it "
+                "(it also needs a CUDA GPU) or use optim 'adamw_torch'"
+            )
+        if training_args.device == "cpu":
+            raise SpecError(
+                f"optim {optim!r}{where} needs a CUDA device (bitsandbytes' 8-bit optimizer kernels), "
+                "and training_args.device is 'cpu'"
+            )
 
 
 def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> None:
     """Reject a combination of settings that cannot run together; `swept` names the condition's swept
     values, so the message says which point of the grid is at fault."""
     backend, criterion = training_args.backend, training_args.criterion
+    where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
     if criterion not in BACKEND_CRITERIA[backend]:
-        where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
         raise SpecError(
             f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
             f"backend {backend!r} takes criterion {list(BACKEND_CRITERIA[backend])}"
         )
-    if training_args.use_liger:
+    if training_args.packing and backend not in PACKING_BACKENDS:
+        raise SpecError(
+            f"packing does not run with backend {backend!r}{where}: backends {list(PACKING_BACKENDS)} pack; "
+            f"use packing false with {backend!r}"
+        )
+    _check_lora_and_optimizer(training_args, where)
+    from finetune_bench.arms import LOSS_KERNELS, parse_arm
+
+    arm = parse_arm(training_args.arm)
+    if arm.liger:
+        from finetune_bench.arms import kernel_switches
         from finetune_bench.liger import supported_model_types
 
         kind = model_type(training_args.model_name)
         if kind is not None and kind not in supported_model_types():
-            raise SpecError(
-                f"use_liger: Liger has no kernels for model type {kind!r} (training_args.model_name "
-                f"{training_args.model_name!r}); Liger patches {supported_model_types()}. "
-                "Run it with use_liger [false]."
+            raise ConditionRefused(
+                f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
+                f"{training_args.model_name!r}){where}; Liger patches {supported_model_types()}. "
+                "This condition is not run; the others are."
             )
+        if kind is not None and arm.liger_kernel and arm.liger_kernel not in kernel_switches(kind):
+            raise ConditionRefused(
+                f"arm {arm.name!r}: Liger has no {arm.liger_kernel!r} kernel for model type {kind!r}{where}; "
+                f"it has {list(kernel_switches(kind))}"
+            )
+        if arm.liger_kernel in LOSS_KERNELS and criterion != "model":
+            raise SpecError(
+                f"arm {arm.name!r} with criterion {criterion!r}{where}: the loss is computed outside the "
+                "model, so this Liger loss kernel would never run; use criterion 'model'"
+            )
+    if arm.switchback and training_args.device == "cpu":
+        raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")

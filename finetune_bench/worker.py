@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
     import torch
 
+    from finetune_bench.arms import parse_arm
     from finetune_bench.backends.common import resolve_device, resolve_dtype
     from finetune_bench.liger import LigerNotApplied
     from finetune_bench.measure import STEP_COLUMNS, NonFiniteLoss, StepRecorder, environment
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    if device.type == "cpu" and args.use_liger:
+    arm = parse_arm(args.arm)
+    if device.type == "cpu" and arm.liger:
         from finetune_bench.cpu_triton import install_interpreter_shims
 
         install_interpreter_shims()
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(device),
     }
     try:
-        faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, args.use_liger)
+        faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         backend = importlib.import_module(f"finetune_bench.backends.{args.backend}")
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         result["status"] = "ok"
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     recorder.end_training()
     result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))
     result["details"]["steps_completed"] = str(len(recorder.steps))
+    # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
+    result["details"]["model_flops_formula"] = recorder.flops_formula
     pd.DataFrame(recorder.step_rows(), columns=list(STEP_COLUMNS)).to_csv(opts.out / STEPS_FILE, index=False)
     (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
     return 0 if result["status"] == "ok" else 1

@@ -14,8 +14,8 @@ import dataclasses, sys, yaml
 from finetune_bench import sources, spec, plan, launch
 cfg = yaml.safe_load(open(sys.argv[1]))
 args = spec.TrainingArgs(**cfg["training_args"])
-args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1, use_liger=True)
-run = plan.plan_runs(spec.ExperimentArgs(use_liger=[True], per_device_train_batch_size=[args.per_device_train_batch_size]), args, 1)[0]
+args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1, arm="liger")
+run = plan.plan_runs(spec.ExperimentArgs(arm=["liger"], per_device_train_batch_size=[args.per_device_train_batch_size]), args, 1)[0]
 ds = sources.prepare_dataset(args.dataset_name, args.dataset_split, args.synthetic_num_examples, args.synthetic_min_words, args.synthetic_max_words)
 md = sources.prepare_model(args.model_name)
 r = launch.run_in_child(run, ds, md, "/tmp/preflight", 900)

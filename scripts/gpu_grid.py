@@ -48,6 +48,8 @@ def main() -> None:
         training.synthetic_num_examples,
         training.synthetic_min_words,
         training.synthetic_max_words,
+        config=training.dataset_config,
+        synthetic_length_distribution=training.synthetic_length_distribution,
     )
     model_dir = sources.prepare_model(training.model_name)
 

@@ -3,10 +3,12 @@
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 from flytekit import Deck, current_context, task
+from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analyze import results_table, steps_table
@@ -32,31 +34,32 @@ def unpack(outputs: list[TrainOutput | None]) -> tuple[list[ConditionResult | No
     return results, steps_files
 
 
-def publish(report: Report, file_name: str, tables: dict[str, pd.DataFrame], title: str | None = None) -> FlyteFile:
-    """Show `report` as the task's Deck, write it as `file_name`, and copy it with `tables` (as CSV) to the
-    export directory when one is set; returns the HTML file."""
+def publish(
+    report: Report, file_name: str, tables: dict[str, pd.DataFrame], title: str | None = None
+) -> tuple[FlyteFile, FlyteDirectory]:
+    """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet) in
+    one directory, copied to the export directory when one is set. Returns the HTML file and the directory."""
     for name, content in report.sections.items():
         Deck(name, content)
-    out_dir = Path(current_context().working_directory) / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(tempfile.mkdtemp(prefix="outputs-", dir=current_context().working_directory))
     report_path = out_dir / file_name
     report_path.write_text(report.to_html(title=title) if title else report.to_html())
+    for name, table in tables.items():
+        table.to_csv(out_dir / f"{name}.csv", index=False)
+        table.to_parquet(out_dir / f"{name}.parquet", index=False)
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
-        export_dir = Path(export)
-        export_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy(report_path, export_dir / file_name)
-        for name, table in tables.items():
-            table.to_csv(export_dir / f"{name}.csv", index=False)
-        logger.info("outputs exported to %s", export_dir)
-    return FlyteFile(str(report_path))
+        shutil.copytree(out_dir, export, dirs_exist_ok=True)
+        logger.info("outputs exported to %s", export)
+    return FlyteFile(str(report_path)), FlyteDirectory(str(out_dir))
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
 def analyze_results(
     planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float
-) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
-    """Results table (one row per run), per-step table, and the HTML report; the Deck shows the report."""
+) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
+    """Results table (one row per run), per-step table, the HTML report (the Deck shows it), and a directory
+    with all three as files: report.html, results.parquet / .csv, steps.parquet / .csv."""
     results, steps_files = unpack(outputs)
     table = results_table(planned, results)
     steps = steps_table(results, steps_files)
@@ -64,4 +67,5 @@ def analyze_results(
     table = with_loss_parity(table, loss_parity(steps, swept))
     environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
     report = build_report(table, swept, environment, steps, alpha=alpha)
-    return table, steps, publish(report, "report.html", {"results": table, "steps": steps})
+    report_file, files = publish(report, "report.html", {"results": table, "steps": steps})
+    return table, steps, report_file, files

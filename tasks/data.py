@@ -31,6 +31,8 @@ def download_dataset(
     synthetic_num_examples: int,
     synthetic_min_words: int,
     synthetic_max_words: int,
+    dataset_config: str,
+    synthetic_length_distribution: str,
 ) -> FlyteDirectory:
     """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format)."""
     path = sources.prepare_dataset(
@@ -40,6 +42,8 @@ def download_dataset(
         synthetic_min_words=synthetic_min_words,
         synthetic_max_words=synthetic_max_words,
         hf_token=_hf_token(),
+        config=dataset_config,
+        synthetic_length_distribution=synthetic_length_distribution,
     )
     logger.info("dataset %s ready at %s", dataset_name, path)
     return FlyteDirectory(str(path))
@@ -68,6 +72,8 @@ def download_sources(training_args, after):
         synthetic_num_examples=training_args.synthetic_num_examples,
         synthetic_min_words=training_args.synthetic_min_words,
         synthetic_max_words=training_args.synthetic_max_words,
+        dataset_config=training_args.dataset_config,
+        synthetic_length_distribution=training_args.synthetic_length_distribution,
     )
     model_dir = download_model(model_name=training_args.model_name)
     after >> dataset_dir

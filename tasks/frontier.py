@@ -99,5 +99,5 @@ def report_frontier(
     report = build_frontier_report(searches, results, throughput, steps)
     frontiers, probes = frontier_table(searches, results), probes_table(results)
     tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput}
-    report_file = publish(report, "frontier_report.html", tables, title="Memory frontier")
+    report_file, _ = publish(report, "frontier_report.html", tables, title="Memory frontier")
     return FrontierOutputs(frontiers, probes, throughput, report_file)

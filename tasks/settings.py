@@ -5,6 +5,13 @@
   `nvidia-l4` (unset: any GPU the cluster gives)
 - FINETUNE_BENCH_HF_TOKEN_SECRET: the key of a Flyte secret holding a Hugging Face token (for
   gated models such as Llama); unset: downloads are anonymous
+- WANDB_ENTITY: a W&B user or team. Set: the training task requests the Flyte secret
+  FINETUNE_BENCH_WANDB_SECRET (default `wandb_api_key`) holding a W&B API key, logs each run online
+  and gets a Weights & Biases link in the Flyte UI. Unset: no secret, no link; runs are logged offline
+  on a local run (online if WANDB_API_KEY is set), not at all on a remote one.
+- WANDB_PROJECT (default `finetune-bench`), WANDB_MODE (online / offline / disabled),
+  WANDB_BASE_URL (the W&B API server, default https://api.wandb.ai for the remote runs) and
+  WANDB_APP_URL (its UI, for the link; default https://wandb.ai, or derived from WANDB_BASE_URL)
 """
 
 import os
@@ -25,6 +32,30 @@ ANALYSIS_RESOURCES = Resources(cpu="2", mem="4Gi")
 
 HF_TOKEN_SECRET_KEY = os.environ.get("FINETUNE_BENCH_HF_TOKEN_SECRET")
 HF_SECRETS = [Secret(key=HF_TOKEN_SECRET_KEY)] if HF_TOKEN_SECRET_KEY else []
+
+WANDB_ENTITY = os.environ.get("WANDB_ENTITY") or None
+WANDB_PROJECT = os.environ.get("WANDB_PROJECT") or "finetune-bench"
+WANDB_SECRET_KEY = os.environ.get("FINETUNE_BENCH_WANDB_SECRET") or "wandb_api_key"
+WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY else []
+WANDB_API_URL = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")
+WANDB_APP_URL = (os.environ.get("WANDB_APP_URL") or WANDB_API_URL.replace("://api.", "://", 1)).rstrip("/")
+# The settings above, handed to the training task's container: the pod (and the @dynamic that compiles
+# the map task at run time) then imports the same task definition as the one registered. Never the key.
+WANDB_TASK_ENV = {
+    name: os.environ[name]
+    for name in (
+        "WANDB_ENTITY",
+        "WANDB_PROJECT",
+        "WANDB_BASE_URL",
+        "WANDB_APP_URL",
+        "FINETUNE_BENCH_WANDB_SECRET",
+    )
+    if os.environ.get(name)
+}
+# WANDB_MODE=disabled turns W&B off remotely too; an `offline` left over from local runs is not passed on
+# (an offline run would die with its pod).
+if os.environ.get("WANDB_MODE", "").strip().lower() == "disabled":
+    WANDB_TASK_ENV["WANDB_MODE"] = "disabled"
 
 # Bump to invalidate cached downloads after a change to what they write.
 DOWNLOAD_CACHE_VERSION = "1"

@@ -6,23 +6,30 @@ from html import escape
 import pandas as pd
 import pytest
 
-from finetune_bench.analyze import condition_summary, liger_vs_baseline, results_table, steps_table
+from finetune_bench.analyze import (
+    arms_vs_baseline,
+    condition_summary,
+    largest_fitting_batch,
+    recommendations,
+    results_table,
+    steps_table,
+)
 from finetune_bench.plan import plan_runs
 from finetune_bench.report import CPU_WARNING, build_report
 from finetune_bench.results import ConditionResult
 from finetune_bench.spec import ExperimentArgs, TrainingArgs
 
 GIB = 1024**3
-EXPERIMENT = ExperimentArgs(use_liger=[True, False], per_device_train_batch_size=[8, 16])
-SWEPT = ["use_liger", "per_device_train_batch_size"]
+EXPERIMENT = ExperimentArgs(arm=["liger", "baseline"], per_device_train_batch_size=[8, 16])
+SWEPT = ["arm", "per_device_train_batch_size"]
 
 
 def fake_result(run, status="ok", device="cuda:0"):
     args = run.training_args
     metrics = {}
     if status == "ok":
-        speed = 1000.0 * args.per_device_train_batch_size * (1.2 if args.use_liger else 1.0) + run.run_number
-        memory = args.per_device_train_batch_size * (0.8 if args.use_liger else 1.0) * GIB
+        speed = 1000.0 * args.per_device_train_batch_size * (1.2 if (args.arm == "liger") else 1.0) + run.run_number
+        memory = args.per_device_train_batch_size * (0.8 if (args.arm == "liger") else 1.0) * GIB
         metrics = {"tokens_per_second": speed, "peak_reserved_bytes": memory, "peak_allocated_bytes": 0.9 * memory}
     return ConditionResult(
         condition_id=run.condition_id,
@@ -43,9 +50,9 @@ def grid():
     results = []
     for run in planned:
         args = run.training_args
-        if not args.use_liger and args.per_device_train_batch_size == 16:
+        if not (args.arm == "liger") and args.per_device_train_batch_size == 16:
             results.append(fake_result(run, "oom"))
-        elif args.use_liger and args.per_device_train_batch_size == 8 and run.run_number == 1:
+        elif (args.arm == "liger") and args.per_device_train_batch_size == 8 and run.run_number == 1:
             results.append(None)  # the task itself was lost
         else:
             results.append(fake_result(run))
@@ -57,7 +64,7 @@ def test_every_planned_run_has_a_row_even_when_lost(grid):
     table = results_table(planned, results)
     assert len(table) == len(planned) == 8
     assert sorted(table["status"]) == sorted(["ok"] * 5 + ["oom"] * 2 + ["lost"])
-    assert {"use_liger", "per_device_train_batch_size", "run_number", "status", "tokens_per_second"} <= set(table)
+    assert {"arm", "per_device_train_batch_size", "run_number", "status", "tokens_per_second"} <= set(table)
     oom = table[table["status"] == "oom"]
     assert oom["tokens_per_second"].isna().all() and (oom["per_device_train_batch_size"] == 16).all()
     assert table.loc[table["status"] == "ok", "peak_reserved_gib"].max() == pytest.approx(16 * 0.8)
@@ -65,27 +72,60 @@ def test_every_planned_run_has_a_row_even_when_lost(grid):
 
 def test_comparison_uses_medians_and_keeps_failed_conditions(grid):
     table = results_table(*grid)
-    comparison = liger_vs_baseline(condition_summary(table, SWEPT), SWEPT).set_index("per_device_train_batch_size")
+    comparison = arms_vs_baseline(condition_summary(table, SWEPT), SWEPT).set_index("per_device_train_batch_size")
     assert comparison.loc[8, "throughput_ratio"] == pytest.approx(9600 / 8000.5)  # liger run 1 lost: one run left
     assert comparison.loc[8, "peak_reserved_ratio"] == pytest.approx(0.8)
     assert pd.isna(comparison.loc[16, "throughput_ratio"])
     assert comparison.loc[16, "baseline_runs"] == "oom×2"
+    assert (comparison["arm"] == "liger").all()
     summary = condition_summary(table, SWEPT).set_index(SWEPT)
-    assert summary.loc[(False, 8), "tokens_per_second_spread"] == pytest.approx(1 / 8000.5)
-    assert summary.loc[(True, 8), "tokens_per_second_spread"] == 0  # one ok run left
-    assert pd.isna(summary.loc[(False, 16), "tokens_per_second_spread"])  # no ok run
+    assert summary.loc[("baseline", 8), "tokens_per_second_spread"] == pytest.approx(1 / 8000.5)
+    assert summary.loc[("liger", 8), "tokens_per_second_spread"] == 0  # one ok run left
+    assert pd.isna(summary.loc[("baseline", 16), "tokens_per_second_spread"])  # no ok run
 
 
-def test_report_marks_failures_and_says_where_it_ran(grid):
+def test_report_has_every_tab_marks_failures_and_says_where_it_ran(grid):
     table = results_table(*grid)
-    report = build_report(table, SWEPT, {"gpu_name": "NVIDIA H100 80GB HBM3"})
+    environment = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_bytes": str(80 * GIB), "torch": "2.11"}
+    report = build_report(table, SWEPT, environment)
+    assert list(report.sections) == [
+        "Summary", "Throughput", "Memory", "Speedup", "Loss curves", "Step times", "Conditions", "Runs",
+    ]  # fmt: skip
     html = report.to_html()
-    assert html.count("data:image/png;base64,") == 3  # throughput, peak reserved, peak allocated
     assert "NVIDIA H100 80GB HBM3" in html
     assert escape(CPU_WARNING) not in html
-    assert "1 condition(s) lack an ok run in one arm" in report.sections["Summary"]
-    assert "torch.OutOfMemoryError" in report.sections["Failures"]
-    assert report.sections["Failures"].count("<h3>") == 3
+    summary = report.sections["Summary"]
+    assert "liger vs baseline: throughput ×1.20" in summary
+    assert "largest batch that fit 16 vs 8" in summary
+    assert "1 condition(s) lack an ok run on one side" in summary
+    assert report.sections["Memory"].count("data:image/png;base64,") == 2  # allocated and reserved
+    assert report.sections["Speedup"].count("data:image/png;base64,") == 1  # the heatmap
+    assert "torch.OutOfMemoryError" in report.sections["Conditions"]
+    assert report.sections["Conditions"].count("<h3>") == 3  # 2 OOM runs and the lost one
+
+
+def test_what_fits_and_the_recommendation(grid):
+    table = results_table(*grid)
+    fitting = largest_fitting_batch(table, SWEPT).set_index("arm")
+    assert fitting.loc["liger", "largest_ok_batch"] == 16 and pd.isna(fitting.loc["liger", "smallest_oom_batch"])
+    assert fitting.loc["baseline", "largest_ok_batch"] == 8 and fitting.loc["baseline", "smallest_oom_batch"] == 16
+    summary = condition_summary(table, SWEPT)
+    recommended = recommendations(summary, SWEPT, capacity_gib=80.0).set_index("arm")
+    # liger batch 8 lost a run: only conditions whose runs all finished are recommended
+    assert recommended.loc["liger", "configuration"] == "per_device_train_batch_size=16"
+    assert recommended.loc["liger", "headroom_gib"] == pytest.approx(80 - 16 * 0.8)
+    assert recommended.loc["baseline", "configuration"] == "per_device_train_batch_size=8"
+    assert recommended.loc["baseline", "headroom_share"] == "90%"
+    assert recommendations(summary, SWEPT, capacity_gib=None)["headroom_share"].str.startswith("unknown").all()
+
+
+def test_a_repeated_baseline_shows_the_noise_floor_in_the_summary():
+    experiment = ExperimentArgs(arm=["liger", "baseline", "baseline_repeat"], per_device_train_batch_size=[8])
+    planned = plan_runs(experiment, TrainingArgs(), n_runs=3)
+    table = results_table(planned, [fake_result(run) for run in planned])
+    summary = build_report(table, SWEPT, {}).sections["Summary"]
+    assert "baseline_repeat vs baseline: throughput ×1.00" in summary
+    assert "noise floor" in summary and "A/A" in summary
 
 
 def test_cpu_runs_carry_the_warning():
@@ -116,6 +156,7 @@ def test_extra_swept_axis_gets_its_own_panel():
     planned = plan_runs(experiment, TrainingArgs(), n_runs=1)
     table = results_table(planned, [fake_result(run) for run in planned])
     report = build_report(table, [*SWEPT, "max_seq_length"], {})
-    comparison = liger_vs_baseline(condition_summary(table, [*SWEPT, "max_seq_length"]), [*SWEPT, "max_seq_length"])
+    comparison = arms_vs_baseline(condition_summary(table, [*SWEPT, "max_seq_length"]), [*SWEPT, "max_seq_length"])
     assert len(comparison) == 4
-    assert "Liger vs baseline over 4 condition(s)" in report.sections["Summary"]
+    assert "over 4 condition(s)" in report.sections["Summary"]
+    assert report.sections["Throughput"].count("data:image/png;base64,") == 1

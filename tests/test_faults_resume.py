@@ -49,8 +49,8 @@ def test_an_unknown_fault_kind_is_refused(monkeypatch):
 
 def test_the_child_gets_its_run_id_and_no_flyte_secret(monkeypatch):
     monkeypatch.setenv("_FSEC_HF_TOKEN", HF_TOKEN)
-    env = child_env(planned("use_liger=True", 3))
-    assert env[RUN_ENV] == "use_liger=True#3"
+    env = child_env(planned("arm=liger", 3))
+    assert env[RUN_ENV] == "arm=liger#3"
     assert HF_TOKEN not in env.values()
 
 
@@ -125,26 +125,26 @@ def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs
     interrupted = _pyflyte_run(
         tmp_path / "unused",
         store,
-        fault="oom@2:use_liger=True,per_device_train_batch_size=2#0;"
-        "nan@1:use_liger=False,per_device_train_batch_size=1#0;"
-        "interrupt@0:use_liger=False,per_device_train_batch_size=2#0",
+        fault="oom@2:arm=liger,per_device_train_batch_size=2#0;"
+        "nan@1:arm=baseline,per_device_train_batch_size=1#0;"
+        "interrupt@0:arm=baseline,per_device_train_batch_size=2#0",
     )
     assert interrupted.returncode != 0
     assert len(list(store.glob("*/result.json"))) == 3, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
 
     resumed = _pyflyte_run(export, store)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    results = pd.read_csv(export / "results.csv").set_index(["use_liger", "per_device_train_batch_size"])
+    results = pd.read_csv(export / "results.csv").set_index(["arm", "per_device_train_batch_size"])
     assert results["status"].to_dict() == {(True, 1): "ok", (True, 2): "oom", (False, 1): "nonfinite", (False, 2): "ok"}
     assert results["reused"].to_dict() == {(True, 1): True, (True, 2): True, (False, 1): True, (False, 2): False}
     assert results.loc[(True, 2), "reason"].startswith("out of memory at step 3")
     assert results.loc[(False, 1), "reason"] == "non-finite loss: the loss is nan at step 2"
     steps = pd.read_csv(export / "steps.csv")
     assert steps.groupby("condition_id").size().to_dict() == {
-        "use_liger=True,per_device_train_batch_size=1": 4,
-        "use_liger=True,per_device_train_batch_size=2": 2,
-        "use_liger=False,per_device_train_batch_size=1": 2,
-        "use_liger=False,per_device_train_batch_size=2": 4,
+        "arm=liger,per_device_train_batch_size=1": 4,
+        "arm=liger,per_device_train_batch_size=2": 2,
+        "arm=baseline,per_device_train_batch_size=1": 2,
+        "arm=baseline,per_device_train_batch_size=2": 4,
     }
     report = (export / "report.html").read_text()
     assert "reused" not in report  # a resumed grid reports like an uninterrupted one

@@ -179,3 +179,38 @@ def test_mfu():
     assert mfu(156.0, "NVIDIA A100-SXM4-40GB") == pytest.approx(0.5)
     assert mfu(100.0, "NVIDIA GeForce RTX 4090") is None
     assert mfu(100.0, "cpu") is None
+
+
+def lora_hand_count(rank: int) -> int:
+    """LoRA adapters on every projection of every layer (peft's "all-linear": not the LM head): A (r × in)
+    and B (out × r) per Linear."""
+    q = o = rank * (HIDDEN + HEADS * HEAD_DIM)
+    k = v = rank * (HIDDEN + KV_HEADS * HEAD_DIM)
+    mlp = 3 * rank * (HIDDEN + INTERMEDIATE)
+    return LAYERS * (q + k + v + o + mlp)
+
+
+def test_lora_flops_give_frozen_weights_forward_and_input_gradient_only():
+    from peft import LoraConfig, get_peft_model
+
+    from finetune_bench.flops import flops_formula, model_flops_per_token, trainable_and_frozen_matmul_parameters
+
+    model = get_peft_model(small_llama(tie_word_embeddings=False), LoraConfig(r=8, target_modules="all-linear"))
+    assert trainable_and_frozen_matmul_parameters(model) == (lora_hand_count(8), hand_count())
+    # 6 per trained weight (forward, input gradient, weight gradient), 4 per frozen one (no weight gradient)
+    expected = 6 * lora_hand_count(8) + 4 * hand_count() + 12 * LAYERS * HEADS * HEAD_DIM * 512
+    assert model_flops_per_token(model, 512) == pytest.approx(expected, rel=1e-12)
+    assert training_flops_per_token(model, 512) == model_flops_per_token(model, 512)
+    assert "N_frozen" in flops_formula(model)
+
+
+def test_forward_only_flops_are_a_third_of_a_full_training_step():
+    from finetune_bench.flops import flops_formula, model_flops_per_token
+
+    model = small_llama(tie_word_embeddings=False)
+    expected = 2 * hand_count() + 4 * LAYERS * HEADS * HEAD_DIM * 512
+    assert model_flops_per_token(model, 512, training=False) == pytest.approx(expected, rel=1e-12)
+    assert model_flops_per_token(model, 512, training=False) == pytest.approx(training_flops_per_token(model, 512) / 3)
+    assert attention_flops_per_token(16, 2048, 1024, training=False) == 4 * 16 * 2048 * 1024
+    assert flops_formula(model, training=False).startswith("forward only")
+    assert flops_formula(model) == "training: 6*N + 12*L*H*S"  # nothing frozen: a full fine-tune

@@ -43,11 +43,13 @@ GIB = 1024**3
 ROOMY_DATA = TrainingArgs(synthetic_num_examples=512, synthetic_min_words=40000, synthetic_max_words=40001)
 
 
-def make_search(dimension=BATCH_SIZE, start=1, cap=256, granularity=1, retries=1, confirmations=1, use_liger=False):
+def make_search(dimension=BATCH_SIZE, start=1, cap=256, granularity=1, retries=1, confirmations=1, liger=False):
     return FrontierSearch(
-        arm=Arm(use_liger=use_liger),
+        arm=Arm(arm="liger" if liger else "baseline"),
         dimension=dimension,
-        training_args=dataclasses.replace(ROOMY_DATA, max_steps=2, timing_warmup_steps=1, use_liger=use_liger),
+        training_args=dataclasses.replace(
+            ROOMY_DATA, max_steps=2, timing_warmup_steps=1, arm="liger" if liger else "baseline"
+        ),
         start=start,
         cap=cap,
         granularity=granularity,
@@ -239,7 +241,7 @@ def test_gpu_time_is_the_sum_of_probe_wall_times():
 def plan(**changes):
     inputs = dict(
         training_args=ROOMY_DATA,
-        arms=[Arm(use_liger=True), Arm(use_liger=False)],
+        arms=[Arm(arm="liger"), Arm(arm="baseline")],
         batch_size_search=BatchSizeSearch(start=1, cap=128),
         seq_length_search=SeqLengthSearch(batch_size=2, start=1024, cap=32768, granularity=256),
         probes=ProbeSettings(),
@@ -250,14 +252,14 @@ def plan(**changes):
 
 def test_plan_lists_a_search_per_arm_and_dimension():
     searches = plan()
-    assert [(s.arm.use_liger, s.dimension) for s in searches] == [
-        (True, BATCH_SIZE),
-        (True, SEQ_LENGTH),
-        (False, BATCH_SIZE),
-        (False, SEQ_LENGTH),
+    assert [(s.arm.arm, s.dimension) for s in searches] == [
+        ("liger", BATCH_SIZE),
+        ("liger", SEQ_LENGTH),
+        ("baseline", BATCH_SIZE),
+        ("baseline", SEQ_LENGTH),
     ]
     for search in searches:
-        assert search.training_args.use_liger == search.arm.use_liger
+        assert search.training_args.arm == search.arm.arm
         assert (search.training_args.max_steps, search.training_args.timing_warmup_steps) == (2, 1)
     by_dimension = {s.dimension: s for s in searches}
     assert by_dimension[SEQ_LENGTH].training_args.per_device_train_batch_size == 2
@@ -280,8 +282,8 @@ def test_plan_lists_a_search_per_arm_and_dimension():
         (dict(probes=ProbeSettings(max_steps=2, timing_warmup_steps=2)), "probes.timing_warmup_steps"),
         (dict(probes=ProbeSettings(timeout_s=0)), "probes.timeout_s"),
         (dict(arms=[]), "arms"),
-        (dict(arms=[Arm(use_liger=True), Arm(use_liger=True)]), "arms"),
-        (dict(arms=[Arm(use_liger="yes")]), "arms[0].use_liger"),
+        (dict(arms=[Arm(arm="liger"), Arm(arm="liger")]), "arms"),
+        (dict(arms=[Arm(arm="yes")]), "arms[0].arm: arm 'yes'"),
         (
             dict(batch_size_search=BatchSizeSearch(enabled=False), seq_length_search=SeqLengthSearch(enabled=False)),
             "enabled",
@@ -307,7 +309,7 @@ def test_bad_inputs_name_the_key(changes, key):
         (BatchSizeSearch, '{"cap": "64"}', "batch_size_search.cap must be int, got '64'"),
         (SeqLengthSearch, '{"granularity": 256.5}', "seq_length_search.granularity must be int, got 256.5"),
         (ProbeSettings, '{"retries": true}', "probes.retries must be int, got True"),
-        (Arm, '{"use_liger": "yes"}', "arms[].use_liger must be bool, got 'yes'"),
+        (Arm, '{"arm": true}', "arms[].arm must be str, got True"),
         (Arm, '{"liger": true}', "arms[].liger is not a setting"),
     ],
 )
@@ -321,22 +323,24 @@ def test_inputs_file_sections_are_strict(cls, text, message):
     assert BatchSizeSearch.from_json('{"start": 2}') == BatchSizeSearch(start=2)
 
 
-def batch_result(use_liger, threshold, cap=64):
-    return search_frontier(make_search(cap=cap, use_liger=use_liger), FakeProbe(threshold))
+def batch_result(liger, threshold, cap=64):
+    return search_frontier(make_search(cap=cap, liger=liger), FakeProbe(threshold))
 
 
 def test_throughput_runs_at_each_frontier_and_at_the_largest_batch_every_arm_fits():
     results = [batch_result(True, 40), batch_result(False, 20), None]
-    arms = [Arm(use_liger=True), Arm(use_liger=False)]
+    arms = [Arm(arm="liger"), Arm(arm="baseline")]
     runs = plan_throughput_runs(results, ROOMY_DATA, arms, n_runs=2)
-    points = [(r.run_number, r.training_args.use_liger, r.training_args.per_device_train_batch_size) for r in runs]
-    assert points == [(0, True, 40), (0, True, 20), (0, False, 20), (1, True, 40), (1, True, 20), (1, False, 20)]
+    points = [(r.run_number, r.training_args.arm, r.training_args.per_device_train_batch_size) for r in runs]
+    assert points == [
+        (0, "liger", 40), (0, "liger", 20), (0, "baseline", 20), (1, "liger", 40), (1, "liger", 20), (1, "baseline", 20)
+    ]  # fmt: skip
     assert all(r.training_args.max_steps == ROOMY_DATA.max_steps for r in runs)
-    assert runs[0].swept_axes == ["use_liger", BATCH_SIZE]
-    assert runs[0].condition_id == "use_liger=True,per_device_train_batch_size=40"
+    assert runs[0].swept_axes == ["arm", BATCH_SIZE]
+    assert runs[0].condition_id == "arm=liger,per_device_train_batch_size=40"
     # An arm where nothing fits gets no run, and there is no batch every arm fits.
     nothing = plan_throughput_runs([batch_result(True, 40), batch_result(False, 0)], ROOMY_DATA, arms, n_runs=1)
-    assert [(r.training_args.use_liger, r.training_args.per_device_train_batch_size) for r in nothing] == [(True, 40)]
+    assert [(r.training_args.arm, r.training_args.per_device_train_batch_size) for r in nothing] == [("liger", 40)]
 
 
 # --- the report -------------------------------------------------------------------------------------------
@@ -344,10 +348,10 @@ def test_throughput_runs_at_each_frontier_and_at_the_largest_batch_every_arm_fit
 
 def test_report_shows_frontiers_ratios_and_every_probe_outcome():
     searches = [
-        make_search(BATCH_SIZE, cap=256, use_liger=True),
-        make_search(BATCH_SIZE, cap=256, use_liger=False),
-        make_search(SEQ_LENGTH, start=256, cap=4096, granularity=256, use_liger=True),
-        make_search(SEQ_LENGTH, start=256, cap=4096, granularity=256, use_liger=False),
+        make_search(BATCH_SIZE, cap=256, liger=True),
+        make_search(BATCH_SIZE, cap=256, liger=False),
+        make_search(SEQ_LENGTH, start=256, cap=4096, granularity=256, liger=True),
+        make_search(SEQ_LENGTH, start=256, cap=4096, granularity=256, liger=False),
     ]
     results = [
         search_frontier(searches[0], FakeProbe(48, failures={32: ["timeout"]})),
@@ -384,8 +388,8 @@ def test_report_shows_frontiers_ratios_and_every_probe_outcome():
 def test_report_includes_throughput_at_the_frontier():
     from finetune_bench.analyze import results_table
 
-    searches = [make_search(use_liger=True), make_search(use_liger=False)]
-    results = [search_frontier(s, FakeProbe(8 if s.arm.use_liger else 4)) for s in searches]
+    searches = [make_search(liger=True), make_search(liger=False)]
+    results = [search_frontier(s, FakeProbe(8 if s.arm.arm == "liger" else 4)) for s in searches]
     runs = plan_throughput_runs(results, ROOMY_DATA, [s.arm for s in searches], n_runs=1)
     outcomes = [
         ConditionResult(
@@ -401,7 +405,7 @@ def test_report_includes_throughput_at_the_frontier():
     ]
     table = results_table(runs, outcomes)
     html = build_frontier_report(searches, results, table).to_html()
-    assert "Liger vs baseline over 1 condition(s)" in html
+    assert "liger vs baseline: throughput ×" in html and "over 1 condition(s)" in html
     assert html.count("data:image/png;base64,") >= 2
 
 
@@ -438,7 +442,7 @@ def test_gpu_inputs_are_valid(name):
         ProbeSettings(**inputs["probes"]),
         inputs["n_runs"],
     )
-    assert {s.arm.use_liger for s in searches} == {True, False}
+    assert {s.arm.arm for s in searches} == {"liger", "baseline"}
     assert inputs["measure_throughput"] is True
 
 
@@ -490,22 +494,22 @@ def run_smoke(tmp_path: Path, inputs: dict, fake_memory_tokens: int) -> tuple[pd
     return pd.read_csv(export / "frontiers.csv"), pd.read_csv(export / "probes.csv"), export / "frontier_report.html"
 
 
-def expected_frontier(inputs: dict, use_liger: bool, dimension: str, tokens: int) -> int:
+def expected_frontier(inputs: dict, liger: bool, dimension: str, tokens: int) -> int:
     """The largest size the fake memory model lets through, within the search's range."""
     if dimension == BATCH_SIZE:
         search, seq = inputs["batch_size_search"], inputs["training_args"]["max_seq_length"]
         sizes = range(search["start"], search["cap"] + 1)
-        fits = [b for b in sizes if fake_memory_cost(b, seq, use_liger) <= tokens]
+        fits = [b for b in sizes if fake_memory_cost(b, seq, liger) <= tokens]
     else:
         search = inputs["seq_length_search"]
         sizes = range(search["start"], search["cap"] + 1, search["granularity"])
-        fits = [s for s in sizes if fake_memory_cost(search["batch_size"], s, use_liger) <= tokens]
+        fits = [s for s in sizes if fake_memory_cost(search["batch_size"], s, liger) <= tokens]
     return max(fits)
 
 
 def check_frontiers(frontiers: pd.DataFrame, probes: pd.DataFrame, inputs: dict, tokens: int) -> None:
     for row in frontiers.itertuples():
-        assert row.frontier == expected_frontier(inputs, bool(row.use_liger), row.dimension, tokens), row
+        assert row.frontier == expected_frontier(inputs, row.arm == "liger", row.dimension, tokens), row
         cap = inputs["batch_size_search" if row.dimension == BATCH_SIZE else "seq_length_search"]["cap"]
         assert row.status == (REACHED_CAP if row.frontier == cap else FOUND)
         assert row.probes_used == len(probes[(probes["arm"] == row.arm) & (probes["dimension"] == row.dimension)])
@@ -523,7 +527,7 @@ def test_workflow_finds_the_baseline_frontiers_and_measures_throughput_there(tmp
     its batch frontier through the benchmark's train task."""
     inputs = smoke_inputs()
     # Kept short: no re-probes (the search tests cover them), 2-step throughput runs.
-    inputs.update(arms=[{"use_liger": False}], measure_throughput=True, n_runs=1)
+    inputs.update(arms=[{"arm": "baseline"}], measure_throughput=True, n_runs=1)
     inputs["probes"]["confirmations"] = 0
     inputs["training_args"].update(max_steps=2, timing_warmup_steps=1)
     frontiers, probes, report = run_smoke(tmp_path, inputs, SMOKE_TOKENS)
@@ -531,7 +535,7 @@ def test_workflow_finds_the_baseline_frontiers_and_measures_throughput_there(tmp
     assert list(frontiers["frontier"]) == [1, 32]
     check_frontiers(frontiers, probes, inputs, SMOKE_TOKENS)
     throughput = pd.read_csv(report.parent / "throughput.csv")
-    assert list(throughput["condition_id"]) == ["use_liger=False,per_device_train_batch_size=1"]
+    assert list(throughput["condition_id"]) == ["arm=baseline,per_device_train_batch_size=1"]
     assert list(throughput["status"]) == ["ok"] and (throughput["tokens_per_second"] > 0).all()
     assert (throughput["steps_completed"] == 2).all()
     text = report.read_text()
@@ -570,7 +574,7 @@ def test_throughput_plan_is_empty_when_not_measured():
     from tasks.frontier import plan_frontier_throughput
 
     results = [batch_result(True, 4), batch_result(False, 2)]
-    arms = [Arm(use_liger=True), Arm(use_liger=False)]
+    arms = [Arm(arm="liger"), Arm(arm="baseline")]
     assert plan_frontier_throughput(results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1,
                                     measure_throughput=False) == []  # fmt: skip
     planned = plan_frontier_throughput(

@@ -66,25 +66,25 @@ def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_
 @pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer", "trl_sft"])
 def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir, tiny_dataset_dir, tmp_path):
     results = {}
-    for use_liger in (True, False):
-        args = {"backend": backend, "use_liger": use_liger, "per_device_train_batch_size": 2, "max_steps": 2}
-        work_dir = tmp_path / str(use_liger)
-        results[use_liger] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
-        assert results[use_liger].status == "ok", results[use_liger].error_tail
+    for arm in ("liger", "baseline"):
+        args = {"backend": backend, "arm": arm, "per_device_train_batch_size": 2, "max_steps": 2}
+        work_dir = tmp_path / arm
+        results[arm] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
+        assert results[arm].status == "ok", results[arm].error_tail
         # every example is longer than 32 tokens: full rows, no padding
-        assert (pd.read_csv(results[use_liger].steps_file)["padded_tokens"] == 64).all()
-    assert results[True].loss_path == "liger_fused_linear_cross_entropy"
-    assert results[False].loss_path == "hf_cross_entropy"
-    assert "LigerRMSNorm" in results[True].liger_patches and not results[False].liger_patches
+        assert (pd.read_csv(results[arm].steps_file)["padded_tokens"] == 64).all()
+    assert results["liger"].loss_path == "liger_fused_linear_cross_entropy"
+    assert results["baseline"].loss_path == "hf_cross_entropy"
+    assert "LigerRMSNorm" in results["liger"].liger_patches and not results["baseline"].liger_patches
     # fp32 on a CPU: Liger's kernels (interpreted) match eager PyTorch closely
-    assert results[True].metrics["final_loss"] == pytest.approx(results[False].metrics["final_loss"], rel=1e-4)
+    assert results["liger"].metrics["final_loss"] == pytest.approx(results["baseline"].metrics["final_loss"], rel=1e-4)
 
 
 def test_plain_loop_criteria_agree_and_keep_the_layer_kernels(tiny_model_dir, tiny_dataset_dir, tmp_path):
     """The custom-loop notebook's three criteria, in a liger arm: the same loss to fp32 precision."""
     results = {}
     for criterion in ("torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy", "model"):
-        args = {"backend": "plain_loop", "use_liger": True, "criterion": criterion, "max_steps": 2}
+        args = {"backend": "plain_loop", "arm": "liger", "criterion": criterion, "max_steps": 2}
         run = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, tmp_path / criterion, timeout_s=300)
         assert run.status == "ok", run.error_tail
         results[criterion] = run
@@ -113,3 +113,22 @@ def test_a_failing_condition_is_an_error_result(tiny_dataset_dir, tmp_path):
     assert result.status == "error"
     assert result.reason  # the exception's first line
     assert "Traceback" in result.error_tail
+
+
+def test_a_refused_run_ends_as_an_error_without_launching(tmp_path):
+    run = dataclasses.replace(planned(), refused="arm 'liger': Liger has no kernels for model type 'gpt2'")
+    result = run_in_child(run, tmp_path / "no-data", tmp_path / "no-model", tmp_path / "work", timeout_s=1)
+    assert result.status == "error" and result.reason == run.refused
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_baseline_on_a_model_type_liger_cannot_patch_runs(tiny_dataset_dir, tmp_path):
+    from finetune_bench import sources
+
+    model_dir = sources.prepare_model("random:tiny-gpt2")
+    result = run_in_child(
+        planned(model_name="random:tiny-gpt2", backend="plain_loop", max_steps=2), tiny_dataset_dir, model_dir,
+        tmp_path, timeout_s=300,
+    )  # fmt: skip
+    assert result.status == "ok", result.error_tail
+    assert result.loss_path == "hf_cross_entropy" and not result.liger_patches

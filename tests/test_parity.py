@@ -6,7 +6,7 @@ import pytest
 
 from finetune_bench.parity import LOSS_ATOL, LOSS_RTOL, loss_parity, parity_summary, with_loss_parity
 
-SWEPT = ["use_liger", "per_device_train_batch_size"]
+SWEPT = ["arm", "per_device_train_batch_size"]
 N_STEPS = 10
 
 
@@ -16,8 +16,8 @@ def curve(batch_size: int, run_number: int) -> np.ndarray:
     return 2.0 + 0.3 * np.exp(-steps / 4) + 0.01 * batch_size + 0.05 * run_number
 
 
-def run_frame(use_liger: bool, run_number: int, losses, **axes) -> pd.DataFrame:
-    values = {"use_liger": use_liger, **axes}
+def run_frame(liger: bool, run_number: int, losses, **axes) -> pd.DataFrame:
+    values = {"arm": "liger" if liger else "baseline", **axes}
     condition_id = ",".join(f"{name}={value}" for name, value in values.items())
     n = len(losses)
     frame = pd.DataFrame(
@@ -34,7 +34,7 @@ def run_frame(use_liger: bool, run_number: int, losses, **axes) -> pd.DataFrame:
             "is_warmup": np.arange(n) == 0,
         }
     )
-    for name, value in {"use_liger": use_liger, "per_device_train_batch_size": 1, "max_seq_length": 32}.items():
+    for name, value in {"arm": values["arm"], "per_device_train_batch_size": 1, "max_seq_length": 32}.items():
         frame[name] = values.get(name, value)
     return frame
 
@@ -58,7 +58,8 @@ def test_identical_curves_all_match():
     assert list(parity.columns) == [
         "per_device_train_batch_size",
         "run_number",
-        "liger_condition_id",
+        "arm",
+        "arm_condition_id",
         "baseline_condition_id",
         "steps_compared",
         "max_abs_diff",
@@ -72,10 +73,9 @@ def test_identical_curves_all_match():
     assert (parity["max_abs_diff"] == 0).all() and (parity["max_rel_diff"] == 0).all()
     assert parity["first_divergent_step"].isna().all()
     for row in parity.itertuples():
-        assert row.liger_condition_id == f"use_liger=True,per_device_train_batch_size={row.per_device_train_batch_size}"
+        assert row.arm_condition_id == f"arm=liger,per_device_train_batch_size={row.per_device_train_batch_size}"
         assert (
-            row.baseline_condition_id
-            == f"use_liger=False,per_device_train_batch_size={row.per_device_train_batch_size}"
+            row.baseline_condition_id == f"arm=baseline,per_device_train_batch_size={row.per_device_train_batch_size}"
         )
     assert sorted(zip(parity["per_device_train_batch_size"], parity["run_number"], strict=True)) == [
         (8, 0),
@@ -107,7 +107,7 @@ def test_large_perturbation_diverges_at_its_step_in_the_right_pair():
     assert len(diverged) == 1
     row = diverged.iloc[0]
     assert (row["per_device_train_batch_size"], row["run_number"]) == (16, 1)
-    assert row["liger_condition_id"] == "use_liger=True,per_device_train_batch_size=16"
+    assert row["arm_condition_id"] == "arm=liger,per_device_train_batch_size=16"
     assert row["first_divergent_step"] == 7
     assert row["max_abs_diff"] == pytest.approx(0.5)
     assert row["steps_compared"] == N_STEPS
@@ -121,14 +121,14 @@ def test_results_table_gets_each_runs_pair_verdict():
 
     steps = grid(perturb, batch_sizes=(8, 16))
     runs = steps[["condition_id", "run_number"]].drop_duplicates().reset_index(drop=True)
-    unpaired = pd.DataFrame({"condition_id": ["use_liger=True,per_device_train_batch_size=32"], "run_number": [0]})
+    unpaired = pd.DataFrame({"condition_id": ["arm=liger,per_device_train_batch_size=32"], "run_number": [0]})
     table = with_loss_parity(pd.concat([runs, unpaired], ignore_index=True), loss_parity(steps, SWEPT))
     verdict = table.set_index(["condition_id", "run_number"])["loss_parity"]
-    assert verdict[("use_liger=True,per_device_train_batch_size=16", 1)] == "diverged"
-    assert verdict[("use_liger=False,per_device_train_batch_size=16", 1)] == "diverged"
-    assert verdict[("use_liger=True,per_device_train_batch_size=16", 0)] == "match"
-    assert verdict[("use_liger=False,per_device_train_batch_size=8", 1)] == "match"
-    assert verdict[("use_liger=True,per_device_train_batch_size=32", 0)] == ""
+    assert verdict[("arm=liger,per_device_train_batch_size=16", 1)] == "diverged"
+    assert verdict[("arm=baseline,per_device_train_batch_size=16", 1)] == "diverged"
+    assert verdict[("arm=liger,per_device_train_batch_size=16", 0)] == "match"
+    assert verdict[("arm=baseline,per_device_train_batch_size=8", 1)] == "match"
+    assert verdict[("arm=liger,per_device_train_batch_size=32", 0)] == ""
     assert len(table) == len(runs) + 1
 
 
@@ -137,8 +137,8 @@ def test_divergence_uses_the_isclose_rule_relative_to_the_baseline():
     limit = LOSS_ATOL + LOSS_RTOL * 2.0
     liger = base + np.array([0.9 * limit, -0.9 * limit, 1.1 * limit])
     steps = pd.concat([run_frame(True, 0, liger), run_frame(False, 0, base)], ignore_index=True)
-    parity = loss_parity(steps, ["use_liger"])
-    assert list(parity.columns)[:2] == ["run_number", "liger_condition_id"]
+    parity = loss_parity(steps, ["arm"])
+    assert list(parity.columns)[:3] == ["run_number", "arm", "arm_condition_id"]
     assert parity["first_divergent_step"].tolist() == [3]
     assert parity["max_rel_diff"].iloc[0] == pytest.approx(1.1 * limit / 2.0)
 
@@ -187,7 +187,7 @@ def test_nan_losses_are_ignored_and_no_common_step_is_no_overlap():
 
 
 def test_extra_swept_axis_is_part_of_the_pairing_key():
-    swept = ["use_liger", "per_device_train_batch_size", "max_seq_length"]
+    swept = ["arm", "per_device_train_batch_size", "max_seq_length"]
     frames = []
     for seq_len in (128, 256):
         base = curve(8, 0) + seq_len / 1000  # curves differ per sequence length
@@ -205,11 +205,13 @@ def test_extra_swept_axis_is_part_of_the_pairing_key():
     assert by_len.loc[256, "baseline_condition_id"].endswith("max_seq_length=256")
 
 
-def test_use_liger_as_csv_strings_still_pairs():
+def test_every_arm_is_paired_with_the_baseline():
     steps = grid()
-    steps["use_liger"] = steps["use_liger"].map(str)
-    parity = loss_parity(steps, SWEPT)
-    assert len(parity) == 4 and (parity["verdict"] == "match").all()
+    compiled = steps[steps["arm"] == "liger"].assign(arm="compile")
+    compiled["condition_id"] = compiled["condition_id"].str.replace("arm=liger", "arm=compile")
+    parity = loss_parity(pd.concat([steps, compiled], ignore_index=True), SWEPT)
+    assert len(parity) == 8 and sorted(set(parity["arm"])) == ["compile", "liger"]
+    assert (parity["verdict"] == "match").all()
 
 
 @pytest.mark.parametrize(
@@ -217,18 +219,19 @@ def test_use_liger_as_csv_strings_still_pairs():
     [
         (grid(), ["per_device_train_batch_size"]),
         (pd.DataFrame(columns=["condition_id", "run_number", "step"]), SWEPT),
-        (grid().query("use_liger"), SWEPT),  # no baseline at all
+        (grid().query("arm == 'liger'"), SWEPT),  # no baseline at all
     ],
-    ids=["use_liger-not-swept", "no-steps", "no-baseline"],
+    ids=["arm-not-swept", "no-steps", "no-baseline"],
 )
 def test_nothing_to_compare_gives_an_empty_frame(steps, swept):
     parity = loss_parity(steps, swept)
     assert parity.empty
-    others = [axis for axis in swept if axis != "use_liger"]
+    others = [axis for axis in swept if axis != "arm"]
     assert list(parity.columns) == [
         *others,
         "run_number",
-        "liger_condition_id",
+        "arm",
+        "arm_condition_id",
         "baseline_condition_id",
         "steps_compared",
         "max_abs_diff",
@@ -236,12 +239,12 @@ def test_nothing_to_compare_gives_an_empty_frame(steps, swept):
         "first_divergent_step",
         "verdict",
     ]
-    assert parity_summary(parity) == "Loss parity: no liger/baseline pair to compare."
+    assert parity_summary(parity) == "Loss parity: no arm/baseline pair to compare."
 
 
 def test_summary_when_all_match():
     assert parity_summary(loss_parity(grid(), SWEPT)) == (
-        "Loss parity: 4 liger/baseline pairs match within atol 0.01, rtol 0.05."
+        "Loss parity: 4 arm/baseline pairs match within atol 0.01, rtol 0.05."
     )
 
 
@@ -253,14 +256,17 @@ def test_summary_names_the_first_divergence():
             losses[5 - 1] += 1.0  # step 5: the earliest divergence
 
     summary = parity_summary(loss_parity(grid(perturb), SWEPT))
-    assert summary == "Loss parity: 2 of 4 pairs diverged (first at step 5: per_device_train_batch_size=8, run 1)."
+    assert (
+        summary
+        == "Loss parity: 2 of 4 pairs diverged (first at step 5: arm liger, per_device_train_batch_size=8, run 1)."
+    )
 
 
 def test_summary_mentions_pairs_without_overlap():
     steps = grid()
-    no_loss = (steps["per_device_train_batch_size"] == 16) & (steps["run_number"] == 1) & steps["use_liger"]
+    no_loss = (steps["per_device_train_batch_size"] == 16) & (steps["run_number"] == 1) & (steps["arm"] == "liger")
     steps.loc[no_loss, "loss"] = np.nan
     summary = parity_summary(loss_parity(steps, SWEPT))
     assert summary == (
-        "Loss parity: 3 liger/baseline pairs match within atol 0.01, rtol 0.05; 1 of 4 had no common step with a loss."
+        "Loss parity: 3 arm/baseline pairs match within atol 0.01, rtol 0.05; 1 of 4 had no common step with a loss."
     )

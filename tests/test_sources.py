@@ -78,8 +78,8 @@ def test_local_jsonl_dataset(tmp_path):
 
 def test_dataset_with_unknown_columns_names_them(tmp_path):
     path = tmp_path / "data.jsonl"
-    path.write_text(json.dumps({"question": "q", "answer": "a"}))
-    with pytest.raises(ValueError, match=r"\['answer', 'question'\]"):
+    path.write_text(json.dumps({"query": "q", "response": "a"}))
+    with pytest.raises(ValueError, match=r"\['query', 'response'\]"):
         sources.load_prompt_completion(sources.prepare_dataset(str(path), root=tmp_path / "out"))
 
 

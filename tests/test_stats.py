@@ -1,4 +1,4 @@
-"""Paired liger / baseline statistics: bootstrap interval of the median ratio and a paired test."""
+"""Paired arm / baseline statistics: bootstrap interval of the median ratio, a paired test, the A/A noise floor."""
 
 import numpy as np
 import pandas as pd
@@ -6,16 +6,18 @@ import pytest
 
 from finetune_bench.stats import paired_comparison
 
-SWEPT = ["use_liger", "per_device_train_batch_size"]
+SWEPT = ["arm", "per_device_train_batch_size"]
 
 
-def table(liger_tps, baseline_tps, batch=8, liger_mem=10.0, baseline_mem=20.0, statuses=None) -> pd.DataFrame:
+def table(
+    liger_tps, baseline_tps, batch=8, liger_mem=10.0, baseline_mem=20.0, statuses=None, arm="liger"
+) -> pd.DataFrame:
     rows = []
     for run, (liger, base) in enumerate(zip(liger_tps, baseline_tps, strict=True)):
-        for use_liger, tps, mem in ((True, liger, liger_mem), (False, base, baseline_mem)):
+        for name, tps, mem in ((arm, liger, liger_mem), ("baseline", base, baseline_mem)):
             rows.append(
                 dict(
-                    use_liger=use_liger,
+                    arm=name,
                     per_device_train_batch_size=batch,
                     run_number=run,
                     status="ok",
@@ -25,8 +27,8 @@ def table(liger_tps, baseline_tps, batch=8, liger_mem=10.0, baseline_mem=20.0, s
             )
     frame = pd.DataFrame(rows)
     if statuses:
-        for (use_liger, run), status in statuses.items():
-            frame.loc[(frame.use_liger == use_liger) & (frame.run_number == run), "status"] = status
+        for (arm_name, run), status in statuses.items():
+            frame.loc[(frame.arm == arm_name) & (frame.run_number == run), "status"] = status
     return frame
 
 
@@ -61,7 +63,7 @@ def test_two_pairs_get_a_test_but_no_interval():
 
 
 def test_pairs_need_both_runs_ok_with_the_same_run_number():
-    frame = table([1200, 1210, 1190], [1000, 1000, 1000], statuses={(False, 1): "oom"})
+    frame = table([1200, 1210, 1190], [1000, 1000, 1000], statuses={("baseline", 1): "oom"})
     (row,) = paired_comparison(frame, SWEPT).to_dict("records")
     assert row["pairs"] == 2
     assert row["throughput_ratio"] == pytest.approx(np.median([1.2, 1.19]))
@@ -76,5 +78,38 @@ def test_one_row_per_point_of_the_other_axes():
     assert np.isnan(out.loc[4, "throughput_p_value"]) and out.loc[4, "throughput_significant"] is None
 
 
-def test_nothing_to_compare_without_the_liger_axis():
+def test_nothing_to_compare_without_the_arm_axis():
     assert paired_comparison(table([1], [1]), ["per_device_train_batch_size"]).empty
+
+
+def aa_and_liger(aa_tps, liger_tps, base_tps) -> pd.DataFrame:
+    """The baseline, its A/A repeat and liger, at one point."""
+    frame = pd.concat([table(liger_tps, base_tps), table(aa_tps, base_tps, arm="baseline_repeat", liger_mem=20.0)])
+    return frame.drop_duplicates(["arm", "run_number"])
+
+
+def test_the_a_a_comparison_sets_the_noise_floor_and_flags_a_difference_inside_it():
+    base = np.array([1000.0, 1030.0, 970.0, 1010.0])
+    aa = np.array([1040.0, 990.0, 1000.0, 975.0])  # identical arms, up to ±4 % apart
+    liger = base * 1.02 + np.array([1.0, -1.0, 0.5, -0.5])  # a consistent 2 %: significant, inside the floor
+    out = paired_comparison(aa_and_liger(aa, liger, base), SWEPT).set_index("arm")
+    floor = out.loc["baseline_repeat", "throughput_noise_floor"]
+    departures = np.abs(aa / base - 1)
+    assert floor >= np.median(departures) and floor <= departures.max() + 1e-12
+    assert out.loc["liger", "throughput_noise_floor"] == floor
+    assert bool(out.loc["liger", "throughput_significant"]) is True
+    assert "inside the A/A noise floor" in out.loc["liger", "note"]
+    assert "A/A" in out.loc["baseline_repeat", "note"]
+
+
+def test_a_difference_beyond_the_noise_floor_is_not_flagged():
+    base = np.array([1000.0, 1002.0, 998.0, 1001.0])
+    aa = np.array([1001.0, 1000.0, 999.0, 1002.0])
+    out = paired_comparison(aa_and_liger(aa, base * 1.2, base), SWEPT).set_index("arm")
+    assert out.loc["liger", "throughput_noise_floor"] < 0.01
+    assert "noise floor" not in out.loc["liger", "note"]
+
+
+def test_no_noise_floor_without_a_repeated_baseline():
+    out = paired_comparison(table([1200] * 3, [1000] * 3), SWEPT)
+    assert "throughput_noise_floor" not in out

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from unittest import mock
 
@@ -12,7 +13,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from finetune_bench.spec import ExperimentArgs, TrainingArgs
+from finetune_bench.spec import ExperimentArgs, TrainingArgs, smoke_experiment
+from tests import browser
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,30 +43,30 @@ def smoke_outputs(tmp_path_factory):
 
 def test_smoke_yaml_is_the_embedded_default():
     inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / "smoke.yaml").read_text())
-    assert ExperimentArgs(**inputs["experiment_args"]) == ExperimentArgs()
+    assert ExperimentArgs(**inputs["experiment_args"]) == smoke_experiment()
     assert TrainingArgs(**inputs["training_args"]) == TrainingArgs()
     assert inputs["n_runs"] == 1
 
 
 def test_smoke_workflow_runs_both_arms(smoke_outputs):
     results, _, _, _ = smoke_outputs
-    experiment = ExperimentArgs()
-    assert len(results) == len(experiment.use_liger) * len(experiment.per_device_train_batch_size)
+    experiment = smoke_experiment()
+    assert len(results) == len(experiment.arm) * len(experiment.per_device_train_batch_size)
     assert results["condition_id"].is_unique
     assert set(results["status"]) == {"ok"}, results[["condition_id", "reason", "error_tail"]].to_string()
-    assert set(results["use_liger"]) == {True, False}
+    assert set(results["arm"]) == {"liger", "baseline"}
     assert set(results["per_device_train_batch_size"]) == set(experiment.per_device_train_batch_size)
     assert (results["tokens_per_second"] > 0).all()
     assert (results["device"] == "cpu").all()
-    liger = results[results["use_liger"]]
+    liger = results[results["arm"] == "liger"]
     assert liger["liger_patches"].str.contains("LigerRMSNorm").all()
-    assert results.loc[~results["use_liger"], "liger_patches"].isna().all()
+    assert results.loc[results["arm"] == "baseline", "liger_patches"].isna().all()
 
 
 def test_smoke_arms_agree_on_the_loss(smoke_outputs):
     results, _, _, _ = smoke_outputs
-    pairs = results.pivot(index="per_device_train_batch_size", columns="use_liger", values="final_loss")
-    pd.testing.assert_series_equal(pairs[True], pairs[False], check_names=False, rtol=1e-4)
+    pairs = results.pivot(index="per_device_train_batch_size", columns="arm", values="final_loss")
+    pd.testing.assert_series_equal(pairs["liger"], pairs["baseline"], check_names=False, rtol=1e-4)
 
 
 def test_smoke_steps_belong_to_their_run(smoke_outputs):
@@ -81,9 +83,68 @@ def test_smoke_steps_belong_to_their_run(smoke_outputs):
 def test_smoke_report(smoke_outputs):
     _, _, report, _ = smoke_outputs
     text = report.read_text()
-    assert text.count("data:image/png;base64,") >= 2
+    assert text.count("data:image/png;base64,") >= 6  # throughput, memory, speedup, MFU or not, loss, step times
     assert "These runs happened on a CPU" in text
-    assert "Liger vs baseline over 2 condition(s)" in text
+    assert "liger vs baseline: throughput ×" in text and "over 2 condition(s)" in text
+
+
+def test_smoke_outputs_as_parquet_and_csv(smoke_outputs):
+    results, steps, _, export = smoke_outputs
+    for name, frame in (("results", results), ("steps", steps)):
+        parquet = pd.read_parquet(export / f"{name}.parquet")
+        assert list(parquet.columns) == list(frame.columns) and len(parquet) == len(frame)
+    assert parquet["loss"].tolist() == pytest.approx(steps["loss"].tolist())
+
+
+# Figures the smoke report must show, each rendered by a real browser.
+SMOKE_FIGURES = {
+    "throughput by batch size",
+    "peak memory by batch size",
+    "throughput ratio heatmap",
+    "loss curves",
+    "step time distribution",
+}
+
+
+@pytest.mark.skipif(
+    browser.CHROMIUM is None and not os.environ.get("CI"), reason="needs Debian's chromium (apt-get install chromium)"
+)
+def test_the_report_renders_in_a_real_browser(smoke_outputs, tmp_path):
+    """Headless Chromium opens the smoke run's HTML report and its Flyte Deck: every figure decodes to a
+    non-blank image of a sensible size, no script error, and a screenshot shows the page."""
+    _, _, report, _ = smoke_outputs
+    shots = Path(os.environ.get("FINETUNE_BENCH_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page = browser.inspect_page(report, tmp_path)
+    assert page["errors"] == []
+    images = page["images"]
+    assert len(images) == report.read_text().count("<img ")
+    assert SMOKE_FIGURES <= {image["alt"] for image in images}
+    for image in images:
+        assert image["complete"] and "error" not in image, image
+        assert image["natural_width"] >= 400 and image["natural_height"] >= 200, image
+        assert image["shown_width"] > 0, image  # laid out on the page, not collapsed
+        assert image["distinct_colours"] >= 20 and image["ink_fraction"] > 0.01, image  # not blank
+    screenshot = browser.screenshot(report, shots / "report.png")
+    from PIL import Image
+
+    with Image.open(screenshot) as picture:
+        assert picture.size[0] == 1400
+        colours = picture.convert("RGB").resize((140, 900)).getcolors(maxcolors=1 << 16)
+        assert colours is not None and len(colours) > 50  # text, tables and figures, not a blank page
+
+    # The Deck the Flyte UI shows: flytekit's page with one tab per section, written into the run's sandbox.
+    decks = [p for p in Path(tempfile.gettempdir()).rglob("deck.html") if "Step times" in p.read_text()]
+    assert decks, "the analysis task wrote no Deck"
+    deck = max(decks, key=lambda p: p.stat().st_mtime)
+    for name in ("Summary", "Throughput", "Memory", "Speedup", "Loss curves", "Step times", "Conditions"):
+        assert f">{name}<" in deck.read_text()
+    page = browser.inspect_page(deck, tmp_path)
+    assert page["errors"] == []
+    assert SMOKE_FIGURES <= {image["alt"] for image in page["images"]}
+    for image in page["images"]:  # tabs other than the first are hidden: decoded, not laid out
+        assert image["complete"] and image["natural_width"] >= 400 and image["distinct_colours"] >= 20, image
+    browser.screenshot(deck, shots / "deck.png", height=2000)
 
 
 def test_cached_download_survives_the_sandbox(tmp_path):
@@ -132,7 +193,7 @@ def test_dynamic_body_compiles_to_a_map_over_every_run():
     from finetune_bench.plan import plan_runs
     from workflows.benchmark import run_benchmark
 
-    planned = plan_runs(ExperimentArgs(), TrainingArgs(), 2)
+    planned = plan_runs(smoke_experiment(), TrainingArgs(), 2)
     settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
     ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
     with FlyteContextManager.with_context(ctx) as ctx:

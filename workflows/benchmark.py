@@ -1,4 +1,4 @@
-"""The benchmark workflow: liger on/off × swept settings × repeats, measured and reported.
+"""The benchmark workflow: arms (baseline, liger, ...) × swept settings × repeats, measured and reported.
 
 pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file inputs/smoke.yaml
 union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file inputs/phi3_alpaca.yaml
@@ -12,7 +12,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.plan import PlannedRun
-from finetune_bench.spec import ExperimentArgs, TrainingArgs
+from finetune_bench.spec import ExperimentArgs, TrainingArgs, smoke_experiment
 from images import analysis_image
 from tasks.analysis import analyze_results
 from tasks.data import download_sources
@@ -45,7 +45,7 @@ def run_benchmark(
 
 @workflow
 def benchmarking_experiment(
-    experiment_args: ExperimentArgs = ExperimentArgs(),
+    experiment_args: ExperimentArgs = smoke_experiment(),
     training_args: TrainingArgs = TrainingArgs(),
     n_runs: int = 1,
     concurrency: int = 4,
@@ -54,12 +54,14 @@ def benchmarking_experiment(
     results_store: str = "",
     force_fresh: bool = False,
     alpha: float = 0.05,
-) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile]:
-    """Returns the results table (one row per condition × run), the per-step table and the HTML report.
+) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
+    """Returns the results table (one row per condition × run), the per-step table, the HTML report, and a
+    directory holding the three as files (report.html, results and steps as Parquet and CSV).
 
     Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
     empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
-    same grid; `force_fresh` measures every run again. `alpha`: the significance level of the liger / baseline tests.
+    same grid; `force_fresh` measures every run again. `alpha`: the significance level of each arm's test against
+    the baseline.
     """
     planned = plan_benchmark(
         experiment_args=experiment_args,

@@ -47,7 +47,7 @@ SMOKE_TRAINING_ARGS = TrainingArgs(
 @workflow
 def memory_frontier(
     training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
-    arms: list[Arm] = [Arm(use_liger=True), Arm(use_liger=False)],  # noqa: B006
+    arms: list[Arm] = [Arm(arm="liger"), Arm(arm="baseline")],  # noqa: B006
     batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
     seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
     probes: ProbeSettings = ProbeSettings(

@@ -3,6 +3,9 @@
 Both arms take the loss from the model's own forward, so the liger arm uses Liger's fused linear
 cross entropy (with Liger's defaults) and the baseline transformers' cross entropy on the logits,
 exactly as in the plain loop: the difference between the two backends is the Trainer itself.
+
+With `lora_rank` > 0 the model is wrapped for LoRA (see `finetune_bench.backends.lora`) after Liger
+patched it, and the Trainer trains the adapters only.
 """
 
 from functools import partial
@@ -13,6 +16,7 @@ import torch
 from finetune_bench import sources
 from finetune_bench.backends.common import load_model, run_details
 from finetune_bench.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.backends.lora import adapters_trained, apply_lora
 from finetune_bench.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
@@ -31,8 +35,11 @@ def train(
     from transformers import Trainer, TrainingArguments
 
     loaded = load_model(args, model_dir, device, dtype)
-    recorder.attach_model(loaded.model)
     loaded.model.config.use_cache = False
+    if args.lora_rank > 0:  # after load_model: Liger patches the base model, peft wraps the patched model
+        loaded.model = apply_lora(loaded.model, args)
+    # after freezing: frozen weights get no weight-gradient FLOPs (flops.model_flops_per_token)
+    recorder.attach_model(loaded.model)
     data = tokenize_prompt_completion(
         sources.load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length
     )
@@ -44,4 +51,7 @@ def train(
         callbacks=[recording_callback(recorder)],
     )
     trainer.train()
-    return run_details(loaded, loss_path(loaded.model))
+    details = run_details(loaded, loss_path(loaded.model))
+    if args.lora_rank > 0:
+        details["lora_adapters_trained"] = adapters_trained(loaded.model)
+    return details

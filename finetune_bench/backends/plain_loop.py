@@ -9,11 +9,13 @@ linear cross entropy on the last hidden states and the LM head's weight.
 
 Data are the same prompt/completion examples as the Trainer backends, tokenized the same way
 (prompt + completion + EOS, truncated to max_seq_length, loss on completion tokens only), padded
-per batch to the longest example.
+per batch to the longest example; with `packing`, concatenated into rows of exactly max_seq_length
+tokens whose position_ids restart at every example (`backends.data.pack`).
 """
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,7 +23,14 @@ import torch.nn.functional as F
 
 from finetune_bench import faults, sources
 from finetune_bench.backends.common import load_model, run_details
-from finetune_bench.backends.data import IGNORE_INDEX, collate, tokenize_prompt_completion
+from finetune_bench.backends.data import (
+    IGNORE_INDEX,
+    check_packing_isolates_examples,
+    collate,
+    collate_packed,
+    pack,
+    tokenize_prompt_completion,
+)
 from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
 from finetune_bench.spec import TrainingArgs
@@ -58,6 +67,12 @@ def next_token_labels(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].reshape(-1)
 
 
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the model's forward takes besides the labels: the attention mask of a padded batch, or the
+    position_ids of a packed one (which must reach the model without an attention mask)."""
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
 def loss_function(criterion: str) -> LossFunction:
     """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
     if criterion == "model":
@@ -67,7 +82,7 @@ def loss_function(criterion: str) -> LossFunction:
 
         def fused(model, batch):
             backbone = getattr(model, model.base_model_prefix)
-            hidden = backbone(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            hidden = backbone(**model_inputs(batch)).last_hidden_state
             hidden = hidden.reshape(-1, hidden.shape[-1])
             lm_head = model.get_output_embeddings()
             loss = LigerFusedLinearCrossEntropyLoss(softcap=getattr(model.config, "final_logit_softcapping", None))
@@ -87,7 +102,7 @@ def loss_function(criterion: str) -> LossFunction:
         raise ValueError(f"the plain loop has no criterion {criterion!r}")
 
     def from_logits(model, batch):
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = model(**model_inputs(batch)).logits
         return on_logits(logits.reshape(-1, logits.shape[-1]), next_token_labels(batch["labels"]))
 
     return from_logits
@@ -119,6 +134,12 @@ def train(
     model.train()
 
     data = tokenize_prompt_completion(sources.load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
+    if args.packing:
+        check_packing_isolates_examples(model)
+        data = pack(data, args.max_seq_length)
+        collate_rows = collate_packed
+    else:
+        collate_rows = partial(collate, pad_token_id=tokenizer.pad_token_id)
     generator = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         data,
@@ -126,7 +147,7 @@ def train(
         shuffle=True,
         generator=generator,
         drop_last=True,
-        collate_fn=lambda rows: collate(rows, tokenizer.pad_token_id),
+        collate_fn=collate_rows,
         pin_memory=device.type == "cuda",
     )
     if len(loader) == 0:
@@ -147,7 +168,7 @@ def train(
         step_loss = torch.zeros((), device=device)
         for _ in range(args.gradient_accumulation_steps):
             batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
-            recorder.add_batch(batch["attention_mask"], batch["input_ids"])
+            recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
             loss = compute_loss(model, batch) / args.gradient_accumulation_steps
             loss.backward()
             step_loss += loss.detach()

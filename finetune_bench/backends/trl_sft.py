@@ -14,6 +14,7 @@ import torch
 
 from finetune_bench import sources
 from finetune_bench.backends.common import load_model, run_details
+from finetune_bench.backends.data import check_packing_isolates_examples
 from finetune_bench.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.liger import loss_path
 from finetune_bench.measure import StepRecorder
@@ -51,10 +52,18 @@ def train(
         trainer_class = ModelLossSFTTrainer
     recorder.attach_model(loaded.model)
     dataset = sources.load_prompt_completion(dataset_dir)
+    if args.packing:
+        check_packing_isolates_examples(loaded.model)
     config = SFTConfig(
         **training_arguments(args, device, dtype, work_dir),
         max_length=args.max_seq_length,
-        packing=False,
+        packing=args.packing,
+        # Best-fit decreasing (TRL's default, named so a TRL default change cannot alter the benchmark):
+        # whole examples truncated to max_length, packed into rows of at most max_length; TRL then
+        # flattens each batch into one padding-free row with position_ids restarting per example
+        # (`padding_free` is implied) and no attention mask. "wrapped" would cut examples and let them
+        # attend across boundaries.
+        packing_strategy="bfd",
         dataset_num_proc=None,
     )
     trainer = recording_trainer(trainer_class, recorder)(
