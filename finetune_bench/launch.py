@@ -25,6 +25,8 @@ from finetune_bench.worker import ERROR_TAIL_LINES, RESULT_FILE, STEPS_FILE
 LOG_FILE = "child.log"
 # flytekit hands a task its secrets as environment variables with this prefix.
 SECRET_ENV_PREFIX = "_FSEC_"
+# Credentials the training child never needs (W&B logs from the task process, after the child ended).
+CHILD_WITHHELD_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _KILL_GRACE_S = 10
 
@@ -44,7 +46,11 @@ def _needs_triton_interpreter(run: PlannedRun) -> bool:
 def child_env(run: PlannedRun) -> dict[str, str]:
     """The child's environment: ours without Flyte's secrets (it reads none), the package importable,
     the Triton interpreter on a CPU, and which run it is (for the test-only faults)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(SECRET_ENV_PREFIX)}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(SECRET_ENV_PREFIX) and key not in CHILD_WITHHELD_ENV
+    }
     env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)

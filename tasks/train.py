@@ -15,7 +15,8 @@ from finetune_bench.spec import ExperimentArgs, TrainingArgs, validate_run_setti
 from finetune_bench.store import ResultStore, hardware_fingerprint, run_key
 from images import training_image
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS, WANDB_TASK_ENV
+from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,14 @@ def plan_benchmark(
     return plan_runs(experiment_args, training_args, n_runs)
 
 
-@task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
+@task(
+    container_image=training_image,
+    requests=TRAIN_RESOURCES,
+    accelerator=TRAIN_ACCELERATOR,
+    secret_requests=WANDB_SECRETS,
+    environment=WANDB_TASK_ENV,
+)
+@with_wandb_link
 def train_condition(
     planned_run: PlannedRun,
     dataset_dir: FlyteDirectory,
@@ -67,4 +75,8 @@ def train_condition(
             timeout_s=condition_timeout_s,
         )
         store.save(key, result)
+    log_to_wandb(result)
     return TrainOutput(result=result, steps=FlyteFile(result.steps_file) if result.steps_file else None)
+
+
+add_wandb_link_to_map_tasks(train_condition)

@@ -15,6 +15,8 @@ os.environ.setdefault("FINETUNE_BENCH_IMAGE_BUILDER", "default")
 # pyflyte refuses to run, even locally, without a config once `union` is installed (read at import).
 os.environ.setdefault("FLYTECTL_CONFIG", str(Path(__file__).resolve().parent.parent / "flyte-local.yaml"))
 os.environ.pop("FINETUNE_BENCH_FAULT", None)
+# No W&B server here: tests that plant a fake key must not make every run wait for W&B to time out.
+os.environ["WANDB_MODE"] = "offline"
 tempfile.tempdir = None
 
 import pytest  # noqa: E402

@@ -135,10 +135,14 @@ def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs
     resumed = _pyflyte_run(export, store)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     results = pd.read_csv(export / "results.csv").set_index(["arm", "per_device_train_batch_size"])
-    assert results["status"].to_dict() == {(True, 1): "ok", (True, 2): "oom", (False, 1): "nonfinite", (False, 2): "ok"}
-    assert results["reused"].to_dict() == {(True, 1): True, (True, 2): True, (False, 1): True, (False, 2): False}
-    assert results.loc[(True, 2), "reason"].startswith("out of memory at step 3")
-    assert results.loc[(False, 1), "reason"] == "non-finite loss: the loss is nan at step 2"
+    assert results["status"].to_dict() == {
+        ("liger", 1): "ok", ("liger", 2): "oom", ("baseline", 1): "nonfinite", ("baseline", 2): "ok"
+    }  # fmt: skip
+    assert results["reused"].to_dict() == {
+        ("liger", 1): True, ("liger", 2): True, ("baseline", 1): True, ("baseline", 2): False
+    }  # fmt: skip
+    assert results.loc[("liger", 2), "reason"].startswith("out of memory at step 3")
+    assert results.loc[("baseline", 1), "reason"] == "non-finite loss: the loss is nan at step 2"
     steps = pd.read_csv(export / "steps.csv")
     assert steps.groupby("condition_id").size().to_dict() == {
         "arm=liger,per_device_train_batch_size=1": 4,

@@ -132,3 +132,35 @@ def test_a_baseline_on_a_model_type_liger_cannot_patch_runs(tiny_dataset_dir, tm
     )  # fmt: skip
     assert result.status == "ok", result.error_tail
     assert result.loss_path == "hf_cross_entropy" and not result.liger_patches
+
+
+def test_one_liger_kernel_alone_is_what_gets_patched(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    """`liger:cross_entropy` swaps torch's cross entropy function and nothing else (it replaces no module)."""
+    args = {"backend": "plain_loop", "arm": "liger:cross_entropy", "max_steps": 2}
+    result = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, tmp_path, timeout_s=300)
+    assert result.status == "ok", result.error_tail
+    assert result.liger_patches == {"cross_entropy": 1}
+    assert result.loss_path == "liger_cross_entropy"
+
+
+@pytest.mark.slow
+def test_the_compile_arm_compiles_and_learns_the_same(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    """torch.compile (inductor on a CPU: about a minute) gives the eager baseline's loss."""
+    results = {}
+    for arm in ("compile", "baseline"):
+        args = {"backend": "plain_loop", "arm": arm, "max_steps": 2}
+        results[arm] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, tmp_path / arm, timeout_s=600)
+        assert results[arm].status == "ok", results[arm].error_tail
+    assert results["compile"].details["compiled"] == "True" and results["baseline"].details["compiled"] == "False"
+    assert results["compile"].metrics["final_loss"] == pytest.approx(
+        results["baseline"].metrics["final_loss"], rel=1e-4
+    )
+
+
+def test_the_switchback_arm_refuses_a_cpu_clearly(tiny_model_dir, tiny_dataset_dir, tmp_path):
+    result = run_in_child(
+        planned(backend="plain_loop", arm="switchback", max_steps=2), tiny_dataset_dir, tiny_model_dir, tmp_path,
+        timeout_s=300,
+    )  # fmt: skip
+    assert result.status == "error"
+    assert "switchback arm needs" in result.reason + result.error_tail  # bitsandbytes missing, or no CUDA GPU

@@ -72,7 +72,7 @@ def test_a_criterion_its_backend_cannot_run_is_rejected_with_the_condition():
     runs = plan_runs(
         ExperimentArgs(backend=["plain_loop"], criterion=["model", "liger_cross_entropy"]), TrainingArgs(), 1
     )
-    assert [r.training_args.criterion for r in runs] == ["model", "liger_cross_entropy"] * 4
+    assert [r.training_args.criterion for r in runs] == ["model", "liger_cross_entropy"]
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,9 @@ def train(
         loaded.model = apply_lora(loaded.model, args)
     # after freezing: frozen weights get no weight-gradient FLOPs (flops.model_flops_per_token)
     recorder.attach_model(loaded.model)
+    # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
+    # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
+    path = loss_path(loaded.model)
     data = tokenize_prompt_completion(
         sources.load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length
     )
@@ -51,7 +54,7 @@ def train(
         callbacks=[recording_callback(recorder)],
     )
     trainer.train()
-    details = run_details(loaded, loss_path(loaded.model))
+    details = run_details(loaded, path)
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)
     return details

@@ -1,0 +1,159 @@
+"""Weights & Biases for the train task: one run per condition (logged by `finetune_bench.tracking`), grouped
+by workflow execution, linked from the Flyte UI through flytekitplugins-wandb."""
+
+import functools
+import logging
+import os
+import time
+import uuid
+
+from flytekit import Secret, current_context
+from flytekit.core.context_manager import FlyteContextManager
+
+from finetune_bench import tracking
+from finetune_bench.results import ConditionResult
+from finetune_bench.sources import cache_root
+from tasks.settings import WANDB_API_URL, WANDB_APP_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_SECRET_KEY
+
+logger = logging.getLogger(__name__)
+
+# flytekitplugins-wandb's link type whose run id is the pod's name (HOSTNAME), one per map item and retry.
+WANDB_LINK_TYPE = "wandb-execution-id"
+# Local experiment groups, by the working directory that every item of one local map task shares.
+_LOCAL_GROUPS: dict[str, str] = {}
+
+
+def _is_remote() -> bool:
+    state = FlyteContextManager.current_context().execution_state
+    return state is not None and state.mode is not None and not state.is_local_execution()
+
+
+def experiment_group() -> str:
+    """The W&B group: the same for every condition of one workflow execution, different for the next.
+
+    Remote: the Flyte execution name. Local: flytekit's execution id is the constant `local`, but the items
+    of one local map task share one sandbox directory, new for each execution: a group is made per sandbox.
+    """
+    params = current_context()
+    if _is_remote():
+        return params.execution_id.name
+    sandbox = str(params.working_directory)
+    if sandbox not in _LOCAL_GROUPS:
+        _LOCAL_GROUPS[sandbox] = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return _LOCAL_GROUPS[sandbox]
+
+
+def wandb_run_id() -> str:
+    """The W&B run id. Remote: the pod's HOSTNAME, which the Flyte UI's link (WANDB_LINK_TYPE) points at."""
+    if _is_remote():
+        return os.environ.get("HOSTNAME") or f"{current_context().execution_id.name}-{uuid.uuid4().hex[:8]}"
+    return f"local-{uuid.uuid4().hex[:12]}"
+
+
+def wandb_link_config() -> dict[str, str]:
+    """What flytekitplugins-wandb's `wandb_init.get_extra_config` puts in the task template for the link."""
+    return {"project": WANDB_PROJECT, "entity": WANDB_ENTITY, "host": WANDB_APP_URL, "link_type": WANDB_LINK_TYPE}
+
+
+@functools.cache
+def condition_wandb_run_class() -> type:
+    """flytekitplugins-wandb's `wandb_init` with its link, not its run handling.
+
+    The plugin's `execute` opens one run around the whole task and finishes it outside any `finally`, so
+    a failed local map item leaks its run into the next item. Here `execute` only fetches the API key
+    (remote: the Flyte secret; local: none, `WANDB_API_KEY` is used if set) and hands it to
+    `finetune_bench.tracking` for this call alone (no `wandb.login`: nothing written to ~/.netrc, nothing
+    left for the next item); the task body opens and finishes the condition's run itself, and whatever
+    run is still open when the task returns or raises is finished.
+    Imported lazily: the analysis image, which only compiles this task (in `run_benchmark`), lacks the plugin.
+    """
+    from flytekitplugins.wandb import wandb_init
+
+    class condition_wandb_run(wandb_init):
+        def execute(self, *args, **kwargs):
+            api_key, base_url = None, None
+            if _is_remote():
+                base_url = self.api_host
+                try:
+                    if isinstance(self.secret, Secret):
+                        params = FlyteContextManager.current_context().user_space_params
+                        api_key = params.secrets.get(key=self.secret.key, group=self.secret.group)
+                    else:
+                        api_key = self.secret()
+                except Exception as error:  # no secret: the run is still trained and returned
+                    logger.warning("W&B: no API key (%s); this run is not logged to W&B", type(error).__name__)
+            try:
+                with tracking.use_credentials(api_key, base_url):
+                    return self.task_function(*args, **kwargs)
+            finally:
+                tracking.finish_open_runs()
+
+    return condition_wandb_run
+
+
+def with_wandb_link(function):
+    """Decorate with `condition_wandb_run` when WANDB_ENTITY is set (the link needs an entity)."""
+    if not WANDB_ENTITY:
+        return function
+    try:
+        decorator = condition_wandb_run_class()
+    except ImportError:
+        return function
+    return decorator(
+        function,
+        project=WANDB_PROJECT,
+        entity=WANDB_ENTITY,
+        secret=Secret(key=WANDB_SECRET_KEY),
+        host=WANDB_APP_URL,
+        api_host=WANDB_API_URL,
+    )
+
+
+def log_to_wandb(result: ConditionResult) -> tracking.LoggedRun | None:
+    """Log one run to W&B. A failure there is a warning: the measured result is never lost to it."""
+    api_key, base_url = tracking.current_credentials()
+    mode = tracking.resolve_mode(api_key, local=not _is_remote())
+    if mode == "disabled":
+        logger.info("W&B is off for %s#%d", result.condition_id, result.run_number)
+        return None
+    execution_url = os.environ.get("FLYTE_EXECUTION_URL")
+    try:
+        logged = tracking.log_condition(
+            result,
+            result.steps_file,
+            group=experiment_group(),
+            run_id=wandb_run_id(),
+            project=os.environ.get("WANDB_PROJECT") or WANDB_PROJECT,
+            entity=os.environ.get("WANDB_ENTITY") or WANDB_ENTITY,
+            mode=mode,
+            dir=os.environ.get("WANDB_DIR") or cache_root(),
+            api_key=api_key,
+            base_url=base_url,
+            notes=f"[Flyte execution]({execution_url})" if execution_url else None,
+        )
+    except Exception as error:
+        message = tracking.redact(f"{type(error).__name__}: {error}", tracking.secret_values((api_key,)))
+        run = f"{result.condition_id}#{result.run_number}"
+        logger.warning("W&B logging failed for %s (the run's result is kept): %s", run, message)
+        return None
+    finally:
+        tracking.finish_open_runs()
+    if logged is not None:
+        where = logged.url or f"{logged.dir} (upload it with `wandb sync {logged.dir}`)"
+        logger.info("W&B run %s (%s, %s): %s", logged.name, logged.id, logged.mode, where)
+    return logged
+
+
+def add_wandb_link_to_map_tasks(train_task) -> None:
+    """flytekit puts a decorator's link config into the template of the task itself but not into that of a
+    map task over it (ArrayNodeMapTask has no `task_function`); the map task does take the task's
+    `get_config`, so the link config is added there too. Added without the plugin: the analysis image
+    compiles this map task (in `run_benchmark`) without having it."""
+    if not WANDB_ENTITY:
+        return
+    task_config = train_task.get_config
+
+    def task_config_with_wandb_link(settings):
+        return {**(task_config(settings) or {}), **wandb_link_config()}
+
+    train_task.get_config = task_config_with_wandb_link
