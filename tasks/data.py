@@ -7,7 +7,13 @@ from flytekit.types.directory import FlyteDirectory
 
 from finetune_bench import sources
 from images import training_image
-from tasks.settings import DOWNLOAD_CACHE_VERSION, DOWNLOAD_RESOURCES, HF_SECRETS, HF_TOKEN_SECRET_KEY
+from tasks.settings import (
+    DOWNLOAD_CACHE_VERSION,
+    DOWNLOAD_RESOURCES,
+    HF_SECRETS,
+    HF_TOKEN_SECRET_KEY,
+    REGISTRATION_ENV,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +30,7 @@ def _hf_token() -> str | None:
     cache_version=DOWNLOAD_CACHE_VERSION,
     requests=DOWNLOAD_RESOURCES,
     secret_requests=HF_SECRETS,
+    environment=REGISTRATION_ENV,
 )
 def download_dataset(
     dataset_name: str,
@@ -55,6 +62,7 @@ def download_dataset(
     cache_version=DOWNLOAD_CACHE_VERSION,
     requests=DOWNLOAD_RESOURCES,
     secret_requests=HF_SECRETS,
+    environment=REGISTRATION_ENV,
 )
 def download_model(model_name: str) -> FlyteDirectory:
     """Fetch the model (hub id), use a local one, or write a random-init one, as a directory."""

@@ -39,11 +39,17 @@ WANDB_SECRET_KEY = os.environ.get("FINETUNE_BENCH_WANDB_SECRET") or "wandb_api_k
 WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY else []
 WANDB_API_URL = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")
 WANDB_APP_URL = (os.environ.get("WANDB_APP_URL") or WANDB_API_URL.replace("://api.", "://", 1)).rstrip("/")
-# The settings above, handed to the training task's container: the pod (and the @dynamic that compiles
-# the map task at run time) then imports the same task definition as the one registered. Never the key.
-WANDB_TASK_ENV = {
+# The settings above as they were at registration, handed to the containers of the tasks that read them
+# at import (the download tasks, the train task, and the @dynamic that builds the map task at run time),
+# so that a pod imports the same task definitions as the ones registered. Never a key or token.
+REGISTRATION_ENV = {
     name: os.environ[name]
     for name in (
+        "FINETUNE_BENCH_TRAIN_CPU",
+        "FINETUNE_BENCH_TRAIN_MEM",
+        "FINETUNE_BENCH_TRAIN_GPU",
+        "FINETUNE_BENCH_TRAIN_ACCELERATOR",
+        "FINETUNE_BENCH_HF_TOKEN_SECRET",
         "WANDB_ENTITY",
         "WANDB_PROJECT",
         "WANDB_BASE_URL",
@@ -55,7 +61,7 @@ WANDB_TASK_ENV = {
 # WANDB_MODE=disabled turns W&B off remotely too; an `offline` left over from local runs is not passed on
 # (an offline run would die with its pod).
 if os.environ.get("WANDB_MODE", "").strip().lower() == "disabled":
-    WANDB_TASK_ENV["WANDB_MODE"] = "disabled"
+    REGISTRATION_ENV["WANDB_MODE"] = "disabled"
 
 # Bump to invalidate cached downloads after a change to what they write.
 DOWNLOAD_CACHE_VERSION = "1"

@@ -15,7 +15,7 @@ from finetune_bench.spec import ExperimentArgs, TrainingArgs, validate_run_setti
 from finetune_bench.store import ResultStore, hardware_fingerprint, run_key
 from images import training_image
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS, WANDB_TASK_ENV
+from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS
 from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def plan_benchmark(
     requests=TRAIN_RESOURCES,
     accelerator=TRAIN_ACCELERATOR,
     secret_requests=WANDB_SECRETS,
-    environment=WANDB_TASK_ENV,
+    environment=REGISTRATION_ENV,
 )
 @with_wandb_link
 def train_condition(

@@ -17,12 +17,12 @@ from images import analysis_image
 from tasks.analysis import analyze_results
 from tasks.data import download_sources
 from tasks.records import TrainOutput
-from tasks.settings import WANDB_TASK_ENV
+from tasks.settings import REGISTRATION_ENV
 from tasks.train import plan_benchmark, train_condition
 
 
-# The map task is built in this node's pod: it needs the W&B settings the train task is registered with.
-@dynamic(container_image=analysis_image, environment=WANDB_TASK_ENV)
+# The map task is built in this node's pod: it needs the settings the train task was registered with.
+@dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)
 def run_benchmark(
     planned: list[PlannedRun],
     dataset_dir: FlyteDirectory,

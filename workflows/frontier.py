@@ -21,10 +21,11 @@ from tasks.frontier import (
     report_frontier,
     search_memory_frontier,
 )
+from tasks.settings import REGISTRATION_ENV
 from workflows.benchmark import run_benchmark
 
 
-@dynamic(container_image=analysis_image)
+@dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)
 def run_searches(
     searches: list[FrontierSearch],
     dataset_dir: FlyteDirectory,
