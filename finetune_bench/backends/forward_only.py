@@ -17,10 +17,9 @@ from pathlib import Path
 import torch
 
 from finetune_bench import faults, sources
-from finetune_bench.backends.common import load_model, run_details
+from finetune_bench.backends.common import run_details
 from finetune_bench.backends.data import collate, tokenize_prompt_completion
-from finetune_bench.backends.plain_loop import LossFunction, loss_function
-from finetune_bench.liger import loss_path
+from finetune_bench.backends.plain_loop import LossFunction, load_for_criterion, loss_function
 from finetune_bench.measure import StepRecorder
 from finetune_bench.spec import TrainingArgs
 
@@ -48,12 +47,7 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
-    if args.criterion == "model":
-        loaded = load_model(args, model_dir, device, dtype)
-        path = loss_path(loaded.model)
-    else:  # the criterion is the loss: Liger's arm must not swap in a second one (as in the plain loop)
-        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-        path = args.criterion
+    loaded, path = load_for_criterion(args, model_dir, device, dtype)
     compute_loss = forward_loss(args.criterion, path)
     model, tokenizer = loaded.model, loaded.tokenizer
     recorder.attach_model(model, training=False)

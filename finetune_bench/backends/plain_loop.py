@@ -108,6 +108,16 @@ def loss_function(criterion: str) -> LossFunction:
     return from_logits
 
 
+def load_for_criterion(args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype):
+    """The model, and the loss path its criterion gives: with `model` the model's forward computes the loss;
+    with any other criterion the criterion is the loss, so a liger arm must not swap in a second one."""
+    if args.criterion == "model":
+        loaded = load_model(args, model_dir, device, dtype)
+        return loaded, loss_path(loaded.model)
+    loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    return loaded, args.criterion
+
+
 def train(
     args: TrainingArgs,
     dataset_dir: Path,
@@ -119,12 +129,7 @@ def train(
 ) -> dict:
     from transformers import get_scheduler
 
-    if args.criterion == "model":
-        loaded = load_model(args, model_dir, device, dtype)
-        path = loss_path(loaded.model)
-    else:  # the criterion is the loss: Liger's arm must not swap in a second one
-        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-        path = args.criterion
+    loaded, path = load_for_criterion(args, model_dir, device, dtype)
     compute_loss = loss_function(args.criterion)
     model, tokenizer = loaded.model, loaded.tokenizer
     recorder.attach_model(model)
