@@ -5,24 +5,30 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 INPUTS ?= inputs/smoke.yaml
-TORCH_VERSION ?= 2.13.0
+FRONTIER_INPUTS ?= inputs/frontier_smoke.yaml
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
+# Every package at the version pinned in the lockfile (`make lock` writes it from pyproject.toml).
+LOCK := requirements.lock
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 export FLYTECTL_CONFIG := $(CURDIR)/flyte-local.yaml
 
-.PHONY: demo test test-all run install install-dev lint clean
+.PHONY: demo test test-all run frontier install install-dev lint lock docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# torch first, pinned: with no torch present, a dependency range would pull the newest CUDA build.
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e .
+# torch first, alone: where a CPU build of the pinned version is at hand (a local wheel) it is taken, and the
+# lockfile's `torch==` pin is then already met; otherwise pip fetches the pinned version from the registry.
+# Then every locked package, then the project itself without resolving anything again.
+$(VENV)/.installed: $(BIN)/python pyproject.toml $(LOCK)
+	$(BIN)/pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/pip install -q -r $(LOCK)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
+# The lockfile includes the dev tools (pytest, ruff).
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -38,12 +44,13 @@ run: $(VENV)/.installed
 demo:
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml
 
-# The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit).
+# The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit so that the
+# frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.
 frontier: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
 	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) \
-	  $(if $(findstring frontier_smoke,$(or $(INPUTS),frontier_smoke)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
-	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(or $(INPUTS),inputs/frontier_smoke.yaml)
+	  $(if $(findstring frontier_smoke,$(FRONTIER_INPUTS)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
+	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(FRONTIER_INPUTS)
 	@echo "report: $(abspath $(RUN_DIR))/frontier_report.html"
 
 test: $(VENV)/.installed-dev
@@ -55,6 +62,22 @@ test-all: $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# Refresh the lockfile from pyproject.toml: every dependency (dev tools included) resolved and pinned. torch
+# and triton are pinned to the pair the images' CUDA build of torch needs (torch's CUDA wheel requires that
+# exact triton); a local CPU build of torch resolves with a `+cpu` label, dropped so the pin fits both builds.
+LOCK_TORCH ?= 2.13.0
+LOCK_TRITON ?= 3.7.1
+lock: $(BIN)/python
+	$(BIN)/pip install -q pip-tools
+	printf 'torch==$(LOCK_TORCH)\ntriton==$(LOCK_TRITON)\n' > $(VENV)/lock-constraints.txt
+	CUSTOM_COMPILE_COMMAND='make lock' $(BIN)/pip-compile -q --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
+	  --constraint $(VENV)/lock-constraints.txt --output-file $(LOCK) pyproject.toml
+	sed -i 's/^torch==\([^+ ]*\)+cpu/torch==\1/' $(LOCK)
+
+# Regenerate the settings reference (docs/settings.md) from the settings' declarations.
+docs: $(VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/settings_reference.py
 
 clean:
 	rm -rf runs .pytest_cache

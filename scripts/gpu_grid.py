@@ -16,13 +16,13 @@ from pathlib import Path
 
 import yaml
 
-from finetune_bench import sources
-from finetune_bench.analyze import results_table, steps_table
-from finetune_bench.launch import run_in_child
-from finetune_bench.parity import loss_parity, with_loss_parity
-from finetune_bench.plan import plan_runs
-from finetune_bench.report import build_report
-from finetune_bench.spec import ExperimentArgs, TrainingArgs
+from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.reporting.benchmark_report import build_report
+from finetune_bench.running.launch import run_in_child
+from finetune_bench.sources.datasets import prepare_dataset
+from finetune_bench.sources.models import prepare_model
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     experiment = ExperimentArgs(**inputs.get("experiment_args", {}))
     training = TrainingArgs(**inputs.get("training_args", {}))
     planned = plan_runs(experiment, training, inputs.get("n_runs", 1))
-    dataset_dir = sources.prepare_dataset(
+    dataset_dir = prepare_dataset(
         training.dataset_name,
         training.dataset_split,
         training.synthetic_num_examples,
@@ -51,7 +51,7 @@ def main() -> None:
         config=training.dataset_config,
         synthetic_length_distribution=training.synthetic_length_distribution,
     )
-    model_dir = sources.prepare_model(training.model_name)
+    model_dir = prepare_model(training.model_name)
 
     opts.out.mkdir(parents=True, exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="gpu-grid-"))
@@ -75,15 +75,12 @@ def main() -> None:
             f"mfu={m.get('mfu', float('nan')):.3f} wall={result.wall_time_s:.0f}s",
             flush=True,
         )
-        table = results_table(planned, results + [None] * (len(planned) - len(results)))
-        steps = steps_table(results, steps_files)
-        table = with_loss_parity(table, loss_parity(steps, planned[0].swept_axes))
-        table.to_csv(opts.out / "results.csv", index=False)
-        steps.to_csv(opts.out / "steps.csv", index=False)
-    environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
-    swept = planned[0].swept_axes
-    report = build_report(table, swept, environment, steps_table(results, steps_files))
-    (opts.out / "report.html").write_text(report.to_html())
+        analysis = analyze_grid(planned, results + [None] * (len(planned) - len(results)), steps_files)
+        analysis.table.to_csv(opts.out / "results.csv", index=False)
+        analysis.steps.to_csv(opts.out / "steps.csv", index=False)
+        a = analysis
+        report = build_report(a.table, a.swept, a.environment, a.steps, a.parity)
+        (opts.out / "report.html").write_text(report.to_html())
 
 
 if __name__ == "__main__":

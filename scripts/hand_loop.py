@@ -16,7 +16,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from finetune_bench.sources import architecture_config
+from finetune_bench.inputs.catalog import architecture_config
 
 
 def main() -> None:

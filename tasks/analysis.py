@@ -11,11 +11,11 @@ from flytekit import Deck, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.analyze import results_table, steps_table
-from finetune_bench.parity import loss_parity, with_loss_parity
-from finetune_bench.plan import PlannedRun
-from finetune_bench.report import Report, build_report
-from finetune_bench.results import ConditionResult
+from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.reporting.benchmark_report import build_report
+from finetune_bench.reporting.html import Report
+from finetune_bench.results.record import RunResult
 from images import analysis_image
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 EXPORT_DIR_ENV = "FINETUNE_BENCH_EXPORT_DIR"
 
 
-def unpack(outputs: list[TrainOutput | None]) -> tuple[list[ConditionResult | None], dict[tuple[str, int], str]]:
+def unpack(outputs: list[TrainOutput | None]) -> tuple[list[RunResult | None], dict[tuple[str, int], str]]:
     """The train tasks' result records, and their per-step files downloaded, by (condition_id, run_number)."""
     results = [output.result if output is not None else None for output in outputs]
     steps_files = {
@@ -60,12 +60,9 @@ def analyze_results(
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), and a directory
     with all three as files: report.html, results.parquet / .csv, steps.parquet / .csv."""
-    results, steps_files = unpack(outputs)
-    table = results_table(planned, results)
-    steps = steps_table(results, steps_files)
-    swept = planned[0].swept_axes if planned else []
-    table = with_loss_parity(table, loss_parity(steps, swept))
-    environment = next((r.environment for r in results if r is not None and r.status == "ok"), {})
-    report = build_report(table, swept, environment, steps, alpha=alpha)
-    report_file, files = publish(report, "report.html", {"results": table, "steps": steps})
-    return table, steps, report_file, files
+    analysis = analyze_grid(planned, *unpack(outputs))
+    report = build_report(
+        analysis.table, analysis.swept, analysis.environment, analysis.steps, analysis.parity, alpha=alpha
+    )
+    report_file, files = publish(report, "report.html", {"results": analysis.table, "steps": analysis.steps})
+    return analysis.table, analysis.steps, report_file, files

@@ -3,9 +3,11 @@
 import logging
 
 from flytekit import current_context, task
+from flytekit.core.promise import Promise
 from flytekit.types.directory import FlyteDirectory
 
-from finetune_bench import sources
+from finetune_bench.sources.datasets import prepare_dataset
+from finetune_bench.sources.models import prepare_model
 from images import training_image
 from tasks.settings import (
     DOWNLOAD_CACHE_VERSION,
@@ -42,7 +44,7 @@ def download_dataset(
     synthetic_length_distribution: str,
 ) -> FlyteDirectory:
     """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format)."""
-    path = sources.prepare_dataset(
+    path = prepare_dataset(
         dataset_name,
         split=dataset_split,
         synthetic_num_examples=synthetic_num_examples,
@@ -66,12 +68,12 @@ def download_dataset(
 )
 def download_model(model_name: str) -> FlyteDirectory:
     """Fetch the model (hub id), use a local one, or write a random-init one, as a directory."""
-    path = sources.prepare_model(model_name, hf_token=_hf_token())
+    path = prepare_model(model_name, hf_token=_hf_token())
     logger.info("model %s ready at %s", model_name, path)
     return FlyteDirectory(str(path))
 
 
-def download_sources(training_args, after):
+def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, Promise]:
     """In a workflow: the dataset and the model of `training_args` (a workflow input), downloaded once
     `after` (the node that validates the inputs) has succeeded, so nothing is fetched for bad inputs."""
     dataset_dir = download_dataset(

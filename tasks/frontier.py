@@ -11,22 +11,22 @@ from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.analyze import results_table, steps_table
-from finetune_bench.frontier import (
-    Arm,
+from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.frontier.probes import child_probe
+from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
+from finetune_bench.frontier.search import FrontierResult, search_frontier
+from finetune_bench.frontier.settings import (
     BatchSizeSearch,
-    FrontierResult,
+    FrontierArm,
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
-    child_probe,
     plan_searches,
-    plan_throughput_runs,
-    search_frontier,
 )
-from finetune_bench.frontier_report import build_frontier_report, frontier_table, probes_table
-from finetune_bench.plan import PlannedRun
-from finetune_bench.spec import TrainingArgs, validate_run_settings
+from finetune_bench.frontier.throughput import plan_throughput_runs
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.inputs.validation import validate_run_settings
 from images import analysis_image, training_image
 from tasks.analysis import publish, unpack
 from tasks.records import TrainOutput
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 @task(container_image=training_image, requests=ANALYSIS_RESOURCES)
 def plan_frontier(
     training_args: TrainingArgs,
-    arms: list[Arm],
+    arms: list[FrontierArm],
     batch_size_search: BatchSizeSearch,
     seq_length_search: SeqLengthSearch,
     probes: ProbeSettings,
@@ -70,7 +70,7 @@ def search_memory_frontier(
 def plan_frontier_throughput(
     results: list[FrontierResult | None],
     training_args: TrainingArgs,
-    arms: list[Arm],
+    arms: list[FrontierArm],
     n_runs: int,
     measure_throughput: bool,
 ) -> list[PlannedRun]:
@@ -93,11 +93,9 @@ def report_frontier(
     outputs: list[TrainOutput | None],
 ) -> FrontierOutputs:
     """Frontier table (one row per search), probe table, throughput table and the HTML report (also the Deck)."""
-    run_results, steps_files = unpack(outputs)
-    throughput = results_table(planned, run_results) if planned else pd.DataFrame()
-    steps = steps_table(run_results, steps_files)
-    report = build_frontier_report(searches, results, throughput, steps)
+    throughput = analyze_grid(planned, *unpack(outputs))
+    report = build_frontier_report(searches, results, throughput)
     frontiers, probes = frontier_table(searches, results), probes_table(results)
-    tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput}
+    tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput.table}
     report_file, _ = publish(report, "frontier_report.html", tables, title="Memory frontier")
-    return FrontierOutputs(frontiers, probes, throughput, report_file)
+    return FrontierOutputs(frontiers, probes, throughput.table, report_file)

@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.results import ConditionResult
+from finetune_bench.results.record import RunResult
 
 
 @dataclass
 class TrainOutput:
-    result: ConditionResult
+    result: RunResult
     steps: FlyteFile | None = None

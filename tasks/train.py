@@ -8,11 +8,12 @@ from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.launch import run_in_child
-from finetune_bench.plan import PlannedRun, plan_runs
-from finetune_bench.sources import default_results_store
-from finetune_bench.spec import ExperimentArgs, TrainingArgs, validate_run_settings
-from finetune_bench.store import ResultStore, hardware_fingerprint, run_key
+from finetune_bench.inputs.plan import PlannedRun, plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.inputs.validation import validate_run_settings
+from finetune_bench.results.store import ResultStore
+from finetune_bench.running.launch import run_or_reuse
+from finetune_bench.sources.cache import default_results_store
 from images import training_image
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS
@@ -60,21 +61,15 @@ def train_condition(
     """
     # Unique per run: locally, every item of a map task shares one working directory.
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
-    store = ResultStore(results_store or str(default_results_store()))
-    key = run_key(planned_run, hardware_fingerprint())
-    result = None if force_fresh else store.load(key, work_dir)
-    if result is not None:
-        logger.info("%s run %d: reused the stored result %s", planned_run.condition_id, planned_run.run_number, key)
-        result.reused = True
-    else:
-        result = run_in_child(
-            planned_run,
-            dataset_dir=Path(dataset_dir.download()),
-            model_dir=Path(model_dir.download()),
-            work_dir=work_dir,
-            timeout_s=condition_timeout_s,
-        )
-        store.save(key, result)
+    result = run_or_reuse(
+        planned_run,
+        ResultStore(results_store or str(default_results_store())),
+        dataset_dir=Path(dataset_dir.download()),
+        model_dir=Path(model_dir.download()),
+        work_dir=work_dir,
+        timeout_s=condition_timeout_s,
+        force_fresh=force_fresh,
+    )
     log_to_wandb(result)
     return TrainOutput(result=result, steps=FlyteFile(result.steps_file) if result.steps_file else None)
 

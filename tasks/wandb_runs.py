@@ -6,13 +6,17 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from flytekit import Secret, current_context
+from flytekit.configuration import SerializationSettings
+from flytekit.core.base_task import PythonTask
 from flytekit.core.context_manager import FlyteContextManager
 
-from finetune_bench import tracking
-from finetune_bench.results import ConditionResult
-from finetune_bench.sources import cache_root
+from finetune_bench.integrations import wandb_runs as tracking
+from finetune_bench.results.record import RunResult
+from finetune_bench.sources.cache import cache_root
 from tasks.settings import WANDB_API_URL, WANDB_APP_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_SECRET_KEY
 
 logger = logging.getLogger(__name__)
@@ -70,7 +74,7 @@ def condition_wandb_run_class() -> type:
     from flytekitplugins.wandb import wandb_init
 
     class condition_wandb_run(wandb_init):
-        def execute(self, *args, **kwargs):
+        def execute(self, *args, **kwargs) -> Any:
             api_key, base_url = None, None
             if _is_remote():
                 base_url = self.api_host
@@ -91,7 +95,7 @@ def condition_wandb_run_class() -> type:
     return condition_wandb_run
 
 
-def with_wandb_link(function):
+def with_wandb_link(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate with `condition_wandb_run` when WANDB_ENTITY is set (the link needs an entity)."""
     if not WANDB_ENTITY:
         return function
@@ -109,7 +113,7 @@ def with_wandb_link(function):
     )
 
 
-def log_to_wandb(result: ConditionResult) -> tracking.LoggedRun | None:
+def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
     """Log one run to W&B. A failure there is a warning: the measured result is never lost to it."""
     api_key, base_url = tracking.current_credentials()
     mode = tracking.resolve_mode(api_key, local=not _is_remote())
@@ -144,7 +148,7 @@ def log_to_wandb(result: ConditionResult) -> tracking.LoggedRun | None:
     return logged
 
 
-def add_wandb_link_to_map_tasks(train_task) -> None:
+def add_wandb_link_to_map_tasks(train_task: PythonTask) -> None:
     """flytekit puts a decorator's link config into the template of the task itself but not into that of a
     map task over it (ArrayNodeMapTask has no `task_function`); the map task does take the task's
     `get_config`, so the link config is added there too. Added without the plugin: the analysis image
@@ -153,7 +157,7 @@ def add_wandb_link_to_map_tasks(train_task) -> None:
         return
     task_config = train_task.get_config
 
-    def task_config_with_wandb_link(settings):
+    def task_config_with_wandb_link(settings: SerializationSettings) -> dict[str, str]:
         return {**(task_config(settings) or {}), **wandb_link_config()}
 
     train_task.get_config = task_config_with_wandb_link

@@ -1,5 +1,6 @@
 """Keep every test's side effects (Flyte sandboxes and local cache, model/data cache) in one temp tree."""
 
+import importlib
 import os
 import tempfile
 from pathlib import Path
@@ -29,13 +30,52 @@ def test_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    from finetune_bench import sources
+    from finetune_bench.sources.models import prepare_model
 
-    return sources.prepare_model("random:tiny-llama")
+    return prepare_model("random:tiny-llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_dataset_dir() -> Path:
-    from finetune_bench import sources
+    from finetune_bench.sources.datasets import prepare_dataset
 
-    return sources.prepare_dataset("synthetic:alpaca", synthetic_num_examples=64)
+    return prepare_dataset("synthetic:alpaca", synthetic_num_examples=64)
+
+
+# Where Liger's patch functions for the architectures the tests build write: module globals (classes,
+# functions) and class attributes (a causal LM's forward).
+_LIGER_PATCHED_MODULES = ("transformers.models.llama.modeling_llama", "torch.nn.functional")
+
+
+def _snapshot(module) -> dict:
+    state = {"": dict(vars(module))}
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            state[value.__qualname__] = (value, dict(vars(value)))
+    return state
+
+
+def _restore(module, state: dict) -> None:
+    before = state.pop("")
+    for name in set(vars(module)) - set(before):
+        delattr(module, name)
+    for name, value in before.items():
+        if vars(module).get(name) is not value:
+            setattr(module, name, value)
+    for cls, attributes in state.values():
+        for name in set(vars(cls)) - set(attributes):
+            delattr(cls, name)
+        for name, value in attributes.items():
+            if name not in ("__dict__", "__weakref__") and vars(cls).get(name) is not value:
+                setattr(cls, name, value)
+
+
+@pytest.fixture
+def undo_liger_patches():
+    """Put back what Liger patched module-wide in this process (its patches outlive the model they were
+    applied to), so that a later test's model is vanilla. For tests that apply Liger in-process."""
+    modules = [importlib.import_module(name) for name in _LIGER_PATCHED_MODULES]
+    states = [_snapshot(module) for module in modules]
+    yield
+    for module, state in zip(modules, states, strict=True):
+        _restore(module, state)

@@ -11,8 +11,8 @@ from flytekit import dynamic, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.plan import PlannedRun
-from finetune_bench.spec import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
 from images import analysis_image
 from tasks.analysis import analyze_results
 from tasks.data import download_sources

@@ -10,8 +10,15 @@ from functools import partial
 from flytekit import dynamic, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 
-from finetune_bench.frontier import Arm, BatchSizeSearch, FrontierResult, FrontierSearch, ProbeSettings, SeqLengthSearch
-from finetune_bench.spec import TrainingArgs
+from finetune_bench.frontier.search import FrontierResult
+from finetune_bench.frontier.settings import (
+    BatchSizeSearch,
+    FrontierArm,
+    FrontierSearch,
+    ProbeSettings,
+    SeqLengthSearch,
+)
+from finetune_bench.inputs.settings import TrainingArgs
 from images import analysis_image
 from tasks.data import download_sources
 from tasks.frontier import (
@@ -48,7 +55,7 @@ SMOKE_TRAINING_ARGS = TrainingArgs(
 @workflow
 def memory_frontier(
     training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
-    arms: list[Arm] = [Arm(arm="liger"), Arm(arm="baseline")],  # noqa: B006
+    arms: list[FrontierArm] = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")],  # noqa: B006
     batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
     seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
     probes: ProbeSettings = ProbeSettings(

@@ -1,0 +1,36 @@
+"""A whole grid's analysis in one step: what the report, the exported tables and every caller (the Flyte
+analysis task, the frontier's throughput report, the GPU scripts) are built from."""
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from finetune_bench.analysis.parity import loss_parity, with_loss_parity
+from finetune_bench.analysis.tables import results_table, steps_table
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.results.record import OK, RunResult
+
+
+@dataclass
+class GridAnalysis:
+    """The results table (one row per run, each with its loss-parity verdict), the per-step table, the
+    loss-parity table, the swept axes, and the environment of the first run that ended ok."""
+
+    table: pd.DataFrame
+    steps: pd.DataFrame
+    parity: pd.DataFrame
+    swept: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def analyze_grid(
+    planned: list[PlannedRun], results: list[RunResult | None], steps_files: dict[tuple[str, int], str]
+) -> GridAnalysis:
+    """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost), and
+    `steps_files` the local per-step file of each (condition_id, run_number) that has one."""
+    swept = planned[0].swept_axes if planned else []
+    steps = steps_table(results, steps_files)
+    parity = loss_parity(steps, swept)
+    table = with_loss_parity(results_table(planned, results), parity) if planned else pd.DataFrame()
+    environment = next((r.environment for r in results if r is not None and r.status == OK), {})
+    return GridAnalysis(table=table, steps=steps, parity=parity, swept=swept, environment=dict(environment))

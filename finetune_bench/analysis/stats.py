@@ -1,0 +1,125 @@
+"""How sure: each arm against the baseline, paired by run number, with scipy's bootstrap and a paired test.
+
+Runs with the same run number of an arm and of the baseline (same other settings) share the seed and
+the data order and ran close in time (repeats are interleaved), so they are compared as pairs. Per
+pair, the ratio arm / baseline of a metric; per arm and point of the other axes, the median ratio, its
+95 % bootstrap confidence interval (scipy.stats.bootstrap, percentile method, resampling the pairs),
+and a paired t-test on the logarithms (scipy.stats.ttest_rel: is the ratio 1?) judged at the user's
+alpha.
+
+When the inputs list the `baseline_repeat` arm, it is compared with the baseline like any other arm:
+an A/A comparison of two identical arms. The largest departure from 1 it shows (the far end of its
+confidence interval, or of its pair ratios when there are too few pairs for one) is the noise floor at
+that point; an arm whose median ratio lies within it is flagged: its difference is not distinguishable
+from run-to-run noise, whatever the test says.
+"""
+
+import inspect
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
+
+# Below this many pairs a bootstrap interval says nothing: it is not computed.
+MIN_PAIRS_FOR_CI = 3
+CONFIDENCE_LEVEL = 0.95
+METRICS = {"tokens_per_second": "throughput", "peak_reserved_gib": "peak_reserved"}
+# A fixed seed, so a report is reproducible (scipy ≥ 1.15 calls it `rng`, older releases `random_state`).
+_SEED = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state": 0}
+
+
+def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05) -> pd.DataFrame:
+    """One row per arm (but the baseline) and point of the other swept axes: `pairs`, and per metric
+    (throughput, peak_reserved) the median ratio, `_ci_low` / `_ci_high`, `_p_value`, `_significant`
+    and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what cannot be said."""
+    if "arm" not in swept:
+        return pd.DataFrame()
+    others = [axis for axis in swept if axis != "arm"]
+    ok = table[table["status"] == "ok"]
+    columns = [*others, "run_number", *METRICS]
+    is_baseline = ok["arm"] == BASELINE
+    pairs = ok.loc[~is_baseline, ["arm", *columns]].merge(
+        ok.loc[is_baseline, columns], on=[*others, "run_number"], suffixes=("_arm", "_baseline")
+    )
+    rows = []
+    for key, group in pairs.groupby(["arm", *others], dropna=False, sort=False):
+        row = dict(zip(["arm", *others], key, strict=True))
+        row["pairs"] = len(group)
+        for metric, name in METRICS.items():
+            row.update(_compare(group[f"{metric}_arm"], group[f"{metric}_baseline"], name, alpha))
+        rows.append(row)
+    # Arms with no pair at all still get a row, saying so.
+    for key, _ in ok.loc[~is_baseline].groupby(["arm", *others], dropna=False, sort=False):
+        if not any(all(r[k] == v for k, v in zip(["arm", *others], key, strict=True)) for r in rows):
+            rows.append({**dict(zip(["arm", *others], key, strict=True)), "pairs": 0})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out = _with_noise_floor(out, others)
+    out["note"] = [_note(row, alpha) for row in out.to_dict("records")]
+    return out
+
+
+def _compare(arm: pd.Series, baseline: pd.Series, name: str, alpha: float) -> dict:
+    valid = arm.notna() & baseline.notna() & (baseline > 0) & (arm > 0)
+    ratios = (arm[valid] / baseline[valid]).to_numpy(dtype=float)
+    out = {f"{name}_ratio": float(np.median(ratios)) if len(ratios) else np.nan}
+    low = high = p_value = np.nan
+    if len(ratios) >= MIN_PAIRS_FOR_CI:
+        with warnings.catch_warnings():  # identical ratios: a degenerate interval, reported as NaN
+            warnings.simplefilter("ignore")
+            interval = stats.bootstrap(
+                (ratios,), np.median, confidence_level=CONFIDENCE_LEVEL, method="percentile", **_SEED
+            ).confidence_interval
+        low, high = float(interval.low), float(interval.high)
+    if len(ratios) >= 2 and np.ptp(np.log(ratios)) > 0:
+        p_value = float(stats.ttest_rel(np.log(arm[valid]), np.log(baseline[valid])).pvalue)
+    out.update(
+        {
+            f"{name}_ci_low": low,
+            f"{name}_ci_high": high,
+            f"{name}_p_value": p_value,
+            f"{name}_significant": bool(p_value < alpha) if not np.isnan(p_value) else None,
+            # kept for the A/A noise floor
+            f"_{name}_max_departure": float(np.max(np.abs(ratios - 1))) if len(ratios) else np.nan,
+        }
+    )
+    return out
+
+
+def _with_noise_floor(out: pd.DataFrame, others: list[str]) -> pd.DataFrame:
+    """Add `<metric>_noise_floor` (a fraction: 0.02 means ±2 %) from the A/A rows, to every row of the
+    same point of the other axes; drop the helper columns."""
+    helpers = [f"_{name}_max_departure" for name in METRICS.values()]
+    aa = out[out["arm"] == BASELINE_REPEAT]
+    if not aa.empty:
+        floors = pd.DataFrame({k: aa[k] for k in others}) if others else pd.DataFrame(index=aa.index)
+        for name in METRICS.values():
+            interval_departure = np.fmax((aa[f"{name}_ci_low"] - 1).abs(), (aa[f"{name}_ci_high"] - 1).abs())
+            floors[f"{name}_noise_floor"] = interval_departure.fillna(aa[f"_{name}_max_departure"])
+        out = out.merge(floors, on=others, how="left") if others else out.assign(**floors.iloc[0].to_dict())
+    return out.drop(columns=[c for c in helpers if c in out])
+
+
+def _note(row: dict, alpha: float) -> str:
+    n_pairs = row["pairs"]
+    if n_pairs == 0:
+        return "no ok run in both this arm and the baseline with the same run number: nothing to compare"
+    if n_pairs < 2:
+        return "one pair: no interval, no test (set n_runs ≥ 3)"
+    notes = []
+    if n_pairs < MIN_PAIRS_FOR_CI:
+        notes.append(f"{n_pairs} pairs: too few for a confidence interval (set n_runs ≥ {MIN_PAIRS_FOR_CI})")
+    if row["arm"] == BASELINE_REPEAT:
+        notes.append("A/A: two identical arms; their spread is the noise floor")
+    elif row.get("throughput_significant") is False:
+        notes.append(f"the throughput difference is not significant at alpha {alpha:g}")
+    floor = row.get("throughput_noise_floor")
+    ratio = row.get("throughput_ratio")
+    if row["arm"] != BASELINE_REPEAT and floor is not None and pd.notna(floor) and pd.notna(ratio):
+        if abs(ratio - 1) <= floor:
+            notes.append(f"the throughput difference lies inside the A/A noise floor (±{floor:.1%})")
+    return "; ".join(notes)

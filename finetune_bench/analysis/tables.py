@@ -1,0 +1,153 @@
+"""Result records → tables: one row per run, per-step data, and each arm against the baseline."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import axis_names
+from finetune_bench.results.record import LOST, RunResult
+
+GIB = 1024**3
+# metric key in RunResult.metrics → column in the results table, and its scale.
+_METRIC_COLUMNS = {
+    "tokens_per_second": ("tokens_per_second", 1),
+    "padded_tokens_per_second": ("padded_tokens_per_second", 1),
+    "padding_fraction": ("padding_fraction", 1),
+    "step_time_median_s": ("step_time_median_s", 1),
+    "step_time_min_s": ("step_time_min_s", 1),
+    "step_time_max_s": ("step_time_max_s", 1),
+    "warmup_time_s": ("warmup_time_s", 1),
+    "steps_measured": ("steps_measured", 1),
+    "tokens_per_second_median_step": ("tokens_per_second_median_step", 1),
+    "model_flops_per_token": ("model_flops_per_token", 1),
+    "achieved_tflops": ("achieved_tflops", 1),
+    "mfu": ("mfu", 1),
+    "peak_allocated_bytes": ("peak_allocated_gib", GIB),
+    "peak_reserved_bytes": ("peak_reserved_gib", GIB),
+    "before_training_allocated_bytes": ("before_training_allocated_gib", GIB),
+    "before_training_reserved_bytes": ("before_training_reserved_gib", GIB),
+    "process_peak_rss_bytes": ("process_peak_rss_gib", GIB),
+    "nvml_process_peak_bytes": ("nvml_process_peak_gib", GIB),
+    "nvml_device_used_peak_bytes": ("nvml_device_used_peak_gib", GIB),
+    "final_loss": ("final_loss", 1),
+}
+METRIC_COLUMNS = [column for column, _ in _METRIC_COLUMNS.values()]
+
+
+def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
+    """One row per planned run, in plan order. A run whose task was lost still gets its row."""
+    by_key = {(r.condition_id, r.run_number): r for r in results if r is not None}
+    rows = []
+    for run in planned:
+        result = by_key.get((run.condition_id, run.run_number))
+        row: dict = {"condition_id": run.condition_id, "run_number": run.run_number}
+        row.update({axis: getattr(run.training_args, axis) for axis in axis_names()})
+        if result is None:
+            row.update(status=LOST, reason="the training task failed; no result came back")
+            rows.append(row)
+            continue
+        row.update(status=result.status, reason=result.reason)
+        for key, (column, scale) in _METRIC_COLUMNS.items():
+            if key in result.metrics:
+                row[column] = result.metrics[key] / scale
+        row.update(
+            steps_completed=int(result.details.get("steps_completed", 0)),
+            device=result.details.get("device", ""),
+            dtype=result.details.get("dtype", ""),
+            gpu_name=result.environment.get("gpu_name", ""),
+            loss_path=result.loss_path,
+            liger_patches=json.dumps(result.liger_patches, sort_keys=True) if result.liger_patches else "",
+            wall_time_s=result.wall_time_s,
+            reused=result.reused,
+            error_tail=result.error_tail,
+        )
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for column in METRIC_COLUMNS:
+        if column not in table:
+            table[column] = float("nan")
+    return table
+
+
+def steps_table(results: list[RunResult | None], steps_files: dict[tuple[str, int], str]) -> pd.DataFrame:
+    """Every step of every run, with the run's id and axis values (warm-up steps flagged)."""
+    frames = []
+    for result in results:
+        if result is None:
+            continue
+        path = steps_files.get((result.condition_id, result.run_number))
+        if not path or not Path(path).exists():
+            continue
+        frame = pd.read_csv(path)
+        if frame.empty:
+            continue
+        frame.insert(0, "run_number", result.run_number)
+        frame.insert(0, "condition_id", result.condition_id)
+        for axis in axis_names():
+            frame[axis] = getattr(result.training_args, axis)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["condition_id", "run_number", "step"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per condition: runs, how they ended, the median of each headline metric over ok runs, and the
+    run-to-run spread of throughput ((max − min) / median over ok runs; 0 with a single run)."""
+    keys = swept or ["condition_id"]
+    ok = table[table["status"] == "ok"]
+    medians = ok.groupby(keys, dropna=False)[
+        [
+            "tokens_per_second",
+            "step_time_median_s",
+            "achieved_tflops",
+            "mfu",
+            "peak_allocated_gib",
+            "peak_reserved_gib",
+            "final_loss",
+        ]
+    ].median()
+    counts = table.groupby(keys, dropna=False).agg(
+        runs=("run_number", "size"),
+        ok_runs=("status", lambda s: int((s == "ok").sum())),
+        statuses=("status", lambda s: ", ".join(f"{k}×{v}" for k, v in s.value_counts().items())),
+    )
+    throughput = ok.groupby(keys, dropna=False)["tokens_per_second"]
+    spread = ((throughput.max() - throughput.min()) / throughput.median()).rename("tokens_per_second_spread")
+    return counts.join(medians).join(spread).reset_index()
+
+
+def arms_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """For each arm but the baseline, at each point of the other axes: its median throughput and peak
+    memory over the baseline's."""
+    if "arm" not in swept:
+        return pd.DataFrame()
+    others = [axis for axis in swept if axis != "arm"]
+    keys = others or ["_all"]
+    keyed = summary.assign(_all="all")
+    base = keyed[keyed["arm"] == BASELINE][[*keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
+    treated = keyed[keyed["arm"] != BASELINE][["arm", *keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
+    out = treated.merge(base, on=keys, suffixes=("", "_baseline"))
+    out = pd.DataFrame(
+        {
+            **{key: out[key] for key in keys},
+            "arm": out["arm"],
+            "arm_runs": out["statuses"],
+            "baseline_runs": out["statuses_baseline"],
+            "arm_tokens_per_second": out["tokens_per_second"],
+            "baseline_tokens_per_second": out["tokens_per_second_baseline"],
+            "throughput_ratio": out["tokens_per_second"] / out["tokens_per_second_baseline"],
+            "arm_peak_reserved_gib": out["peak_reserved_gib"],
+            "baseline_peak_reserved_gib": out["peak_reserved_gib_baseline"],
+            "peak_reserved_ratio": out["peak_reserved_gib"] / out["peak_reserved_gib_baseline"],
+        }
+    )
+    return out.drop(columns="_all") if not others else out
+
+
+def ran_on_cpu(table: pd.DataFrame) -> bool:
+    """Whether any run of the results table trained on a CPU (its timings then say nothing about speed)."""
+    return bool((table.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any())

@@ -1,0 +1,306 @@
+"""The memory-frontier report: per arm and dimension the frontier, its peak memory against the GPU's
+capacity, every probe, the liger / baseline ratios, and (optionally) throughput measured at the frontier.
+
+Builds on `finetune_bench.report` (same page layout, figure embedding and tables; its full benchmark
+report is reused for the throughput section).
+"""
+
+import html
+import itertools
+from typing import Any
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.ticker import StrMethodFormatter
+
+from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.analysis.tables import GIB
+from finetune_bench.frontier.search import (
+    FOUND,
+    NOTHING_FITS,
+    PROBE_FAILED,
+    REACHED_CAP,
+    FrontierResult,
+    frontier_probe,
+)
+from finetune_bench.frontier.settings import (
+    BATCH_SIZE,
+    DIMENSIONS,
+    SEQ_LENGTH,
+    FrontierArm,
+    FrontierSearch,
+    arm_name,
+    arm_overrides,
+)
+from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, build_report
+from finetune_bench.reporting.html import Report, arm_palette, figure_html, table_html
+from finetune_bench.results.record import LOST
+
+DIMENSION_LABELS = {BATCH_SIZE: "batch size", SEQ_LENGTH: "sequence length"}
+_PROBE_MARKERS = {"ok": "o", "oom": "X", "error": "s", "timeout": "v"}
+_MEMORY_COLUMNS = {
+    "peak_reserved_bytes": "peak_reserved_gib",
+    "peak_allocated_bytes": "peak_allocated_gib",
+    "nvml_process_peak_bytes": "nvml_process_peak_gib",
+    "process_peak_rss_bytes": "process_peak_rss_gib",
+}
+
+
+def _fixed_setting(search: FrontierSearch) -> str:
+    """What the search holds fixed, e.g. `max_seq_length=2048`."""
+    other = SEQ_LENGTH if search.dimension == BATCH_SIZE else BATCH_SIZE
+    return f"{other}={getattr(search.training_args, other)}"
+
+
+def _gib(value: float | str | None) -> float | None:
+    return float(value) / GIB if value not in (None, "") else None
+
+
+def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult | None]) -> pd.DataFrame:
+    """One row per search, in plan order; a search whose task was lost keeps its row (status `lost`)."""
+    by_key = {(arm_name(r.search.arm), r.search.dimension): r for r in results if r is not None}
+    rows = []
+    for search in searches:
+        result = by_key.get((arm_name(search.arm), search.dimension))
+        row = {"arm": arm_name(search.arm), **arm_overrides(search.arm), "dimension": search.dimension}
+        row.update(at=_fixed_setting(search), start=search.start, cap=search.cap, granularity=search.granularity)
+        if result is None:
+            row.update(status=LOST, reason="the search task failed; no result came back")
+            rows.append(row)
+            continue
+        row.update(
+            status=result.status,
+            frontier=result.frontier,
+            first_oom=result.first_oom,
+            probes_used=result.probes_used,
+            gpu_seconds=result.gpu_seconds,
+        )
+        at_frontier = frontier_probe(result)
+        if at_frontier is not None:
+            row.update({column: _gib(getattr(at_frontier, key)) for key, column in _MEMORY_COLUMNS.items()})
+        row["gpu_memory_gib"] = _gib(result.environment.get("gpu_memory_bytes"))
+        row["reason"] = result.reason
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for column in ("frontier", "first_oom", "probes_used", "gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+        if column not in table:
+            table[column] = None
+    for column in ("frontier", "first_oom", "probes_used"):
+        table[column] = table[column].astype("Int64")
+    for column in ("gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+        table[column] = table[column].astype(float)
+    table["peak_reserved_share_of_gpu"] = table["peak_reserved_gib"] / table["gpu_memory_gib"]
+    return table
+
+
+def probes_table(results: list[FrontierResult | None]) -> pd.DataFrame:
+    """Every probe of every search, in the order it ran."""
+    rows = []
+    for result in results:
+        if result is None:
+            continue
+        for number, probe in enumerate(result.probes, start=1):
+            row = {"arm": arm_name(result.search.arm), **arm_overrides(result.search.arm)}
+            row.update(dimension=result.search.dimension, at=_fixed_setting(result.search), probe=number)
+            row.update(value=probe.value, phase=probe.phase, attempt=probe.attempt, status=probe.status)
+            row["wall_time_s"] = probe.wall_time_s
+            row.update({column: _gib(getattr(probe, key)) for key, column in _MEMORY_COLUMNS.items()})
+            row.update(reason=probe.reason, error_tail=probe.error_tail)
+            rows.append(row)
+    columns = ["arm", "dimension", "at", "probe", "value", "phase", "attempt", "status", "wall_time_s"]
+    table = pd.DataFrame(rows, columns=None if rows else columns)
+    for column in _MEMORY_COLUMNS.values():
+        table[column] = table[column].astype(float) if column in table else float("nan")
+    return table
+
+
+def frontier_ratios(frontiers: pd.DataFrame) -> pd.DataFrame:
+    """Per dimension (and setting held fixed) and per arm other than the baseline: its frontier over the
+    baseline's."""
+    if BASELINE not in set(frontiers["arm"]) or frontiers["arm"].nunique() < 2:
+        return pd.DataFrame()
+    keys = ["dimension", "at", *_other_arm_fields(frontiers)]
+    base = frontiers[frontiers["arm"] == BASELINE][[*keys, "frontier", "status"]]
+    others = frontiers[frontiers["arm"] != BASELINE][["arm", *keys, "frontier", "status"]]
+    out = others.merge(base, on=keys, suffixes=("", "_baseline")).rename(
+        columns={"frontier": "arm_frontier", "status": "arm_status", "frontier_baseline": "baseline_frontier",
+                 "status_baseline": "baseline_status"}
+    )  # fmt: skip
+    out["ratio"] = out["arm_frontier"].astype("Float64") / out["baseline_frontier"].astype("Float64")
+    out["note"] = [
+        _ratio_note(arm, *statuses)
+        for arm, statuses in zip(out["arm"], zip(out["arm_status"], out["baseline_status"], strict=True), strict=True)
+    ]
+    return out[["dimension", "at", *keys[2:], "arm", "arm_frontier", "arm_status", "baseline_frontier",
+                "baseline_status", "ratio", "note"]]  # fmt: skip
+
+
+def _other_arm_fields(frontiers: pd.DataFrame) -> list[str]:
+    return [name for name in arm_overrides(FrontierArm()) if name != "arm" and name in frontiers]
+
+
+def _ratio_note(arm_name: str, arm_status: str, baseline_status: str) -> str:
+    notes = []
+    for arm, status in ((arm_name, arm_status), (BASELINE, baseline_status)):
+        if status == REACHED_CAP:
+            notes.append(f"{arm} reached the cap (its frontier is a lower bound)")
+        elif status == PROBE_FAILED:
+            notes.append(f"{arm}'s search stopped on a failing probe (its frontier is a lower bound)")
+        elif status == NOTHING_FITS:
+            notes.append(f"nothing fits for {arm}")
+        elif status != FOUND:
+            notes.append(f"{arm}: {status}")
+    return "; ".join(notes)
+
+
+def frontier_text(row: Any) -> str:
+    """A frontier as a reader should take it: exact, a lower bound, or none."""
+    if row.status == FOUND:
+        return f"{row.frontier} ({row.first_oom} runs out of memory)"
+    if row.status == REACHED_CAP:
+        return f"≥ {row.frontier} (reached the cap)"
+    if row.status == PROBE_FAILED:
+        return f"≥ {row.frontier} (search stopped: a probe kept failing)" if pd.notna(row.frontier) else "unknown"
+    if row.status == NOTHING_FITS:
+        return f"none (the start value {row.start} runs out of memory)"
+    return row.status
+
+
+def headlines(frontiers: pd.DataFrame) -> list[str]:
+    """Per dimension: every arm's frontier, and where liger trains what the baseline cannot."""
+    lines = []
+    for (dimension, at), group in frontiers.groupby(["dimension", "at"], sort=False):
+        label = DIMENSION_LABELS[dimension]
+        parts = ", ".join(f"{row.arm} {frontier_text(row)}" for row in group.itertuples())
+        lines.append(f"Largest {label} at {at}: {parts}.")
+        treated = group[(group["arm"] != BASELINE) & group["frontier"].notna()]
+        baseline = group[(group["arm"] == BASELINE) & group["first_oom"].notna()]
+        for lig, base in itertools.product(treated.itertuples(), baseline.itertuples()):
+            if lig.frontier >= base.first_oom:
+                line = f"With {lig.arm}, {label} {lig.frontier} trains where the baseline runs out of memory"
+                line += f" (from {base.first_oom})"
+                if pd.notna(base.frontier):
+                    at_least = "at least " if lig.status in (REACHED_CAP, PROBE_FAILED) else ""
+                    line += f": {at_least}×{lig.frontier / base.frontier:.2f} the baseline's frontier"
+                lines.append(line + ".")
+    return lines
+
+
+def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
+    """Probe size against its peak memory, one panel per dimension, one colour per arm, marker by outcome.
+    A probe that measured no peak (it ran out of memory at the first step, or failed) is drawn on the
+    capacity line (on the top of the panel where the capacity is unknown)."""
+    memory, label = "peak_reserved_gib", "peak reserved memory (GiB)"
+    if probes[memory].isna().all():
+        memory, label = "process_peak_rss_gib", "process peak RSS (GiB, host memory)"
+        gpu_memory_gib = None
+    known = probes[memory].max()
+    ceiling = gpu_memory_gib if gpu_memory_gib else (known * 1.1 if pd.notna(known) else 1.0)
+    data = probes.assign(plotted_memory_gib=probes[memory].fillna(ceiling))
+    dimensions = [d for d in DIMENSIONS if d in set(data["dimension"])]
+    statuses = [s for s in _PROBE_MARKERS if s in set(data["status"])]
+    palette = arm_palette(data["arm"])
+    grid = sns.relplot(
+        data=data, x="value", y="plotted_memory_gib", hue="arm", style="status", col="dimension",
+        col_order=dimensions, style_order=statuses, markers=_PROBE_MARKERS, palette=palette,
+        kind="scatter", s=90, alpha=0.8, height=4.2, aspect=1.2, facet_kws={"sharex": False},
+    )  # fmt: skip
+    for ax, dimension in zip(grid.axes.flat, dimensions, strict=True):
+        at = data.loc[data["dimension"] == dimension, "at"].iloc[0]
+        ax.set_title(f"{dimension}\n(at {at})")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+        ax.set_xlabel(dimension)
+        ax.set_ylabel(label)
+        ax.set_ylim(0, max(data["plotted_memory_gib"].max(), gpu_memory_gib or 0) * 1.08)
+        if gpu_memory_gib:
+            ax.axhline(gpu_memory_gib, color="#C00000", linestyle="--", linewidth=1)
+            ax.text(ax.get_xlim()[0], gpu_memory_gib, " GPU capacity", va="bottom", color="#C00000", fontsize=8)
+    grid.figure.suptitle("Probes: size against peak memory", y=1.1)
+    return grid.figure
+
+
+def _for_display(table: pd.DataFrame) -> pd.DataFrame:
+    """Nullable numeric columns (Int64, Float64) as floats, so that a missing value shows as the report's dash."""
+    nullable = [
+        c
+        for c in table.columns
+        if isinstance(table[c].dtype, pd.api.extensions.ExtensionDtype) and pd.api.types.is_numeric_dtype(table[c])
+    ]
+    return table.astype(dict.fromkeys(nullable, float))
+
+
+def build_frontier_report(
+    searches: list[FrontierSearch],
+    results: list[FrontierResult | None],
+    throughput: GridAnalysis | None = None,
+) -> Report:
+    """The report: frontiers and ratios, every probe, and throughput at the frontiers when it was measured."""
+    frontiers = frontier_table(searches, results)
+    probes = probes_table(results)
+    environment = next((r.environment for r in results if r is not None and r.environment), {})
+    gpu_memory_gib = _gib(environment.get("gpu_memory_bytes"))
+    sections: dict[str, str] = {}
+
+    summary = []
+    if environment.get("device_type") == "cpu":
+        summary.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
+    summary.append("".join(f"<p><b>{html.escape(line)}</b></p>" for line in headlines(frontiers)))
+    ratios = frontier_ratios(frontiers)
+    if not ratios.empty:
+        summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
+        summary.append(table_html(_for_display(ratios)))
+    summary.append(
+        "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
+        "of memory, the peak memory of the probe at the frontier (GiB) against the GPU's capacity, and what the "
+        "search cost (probes, and GPU seconds: the sum of the probes' wall times).</p>"
+    )
+    summary.append(table_html(_for_display(frontiers)))
+    summary.append(
+        "<p>"
+        + html.escape(
+            f"{int(frontiers['probes_used'].sum())} probes, {frontiers['gpu_seconds'].astype(float).sum():,.0f} "
+            "GPU seconds in all."
+        )
+        + "</p>"
+    )
+    env_items = {k: v for k, v in environment.items() if k in ENVIRONMENT_KEYS}
+    if gpu_memory_gib:
+        env_items["gpu_memory_gib"] = f"{gpu_memory_gib:.1f}"
+    if env_items:
+        summary.append(table_html(pd.DataFrame([env_items])))
+    sections["Frontier"] = "\n".join(summary)
+
+    if probes.empty:
+        sections["Probes"] = "<p>No probe ran.</p>"
+    else:
+        parts = [
+            figure_html(probes_figure(probes, gpu_memory_gib), "probes: size against peak memory"),
+            "<p>One point per probe (retries and re-probes included); a probe that measured no peak (out of memory "
+            "at its first step, or failed) is drawn on the capacity line, or on the top of the panel.</p>",
+            table_html(probes.drop(columns=["error_tail"])),
+        ]
+        for row in probes[~probes["status"].isin(["ok", "oom"])].itertuples():
+            parts.append(
+                f"<h3>{html.escape(f'{row.arm}, {row.dimension}={row.value} (try {row.attempt}): {row.status}')}</h3>"
+                f"<p>{html.escape(str(row.reason))}</p><pre>{html.escape(str(row.error_tail or ''))}</pre>"
+            )
+        sections["Probes"] = "\n".join(parts)
+
+    if throughput is None or throughput.table.empty:
+        sections["Throughput"] = "<p>Throughput was not measured at the frontier (measure_throughput is off).</p>"
+    else:
+        t = throughput
+        benchmark = build_report(t.table, t.swept, environment, t.steps, t.parity).sections
+        intro = (
+            "<p>Full-length runs (the training settings' max_steps, repeated n_runs times) of every arm at its own "
+            "batch frontier and at the largest batch every arm fits.</p>"
+        )
+        sections["Throughput"] = intro + "\n".join(
+            f"<h3>{html.escape(name)}</h3>{benchmark[name]}"
+            for name in ("Summary", "Throughput", "Memory", "Conditions")
+            if name in benchmark
+        )
+    return Report(sections=sections)

@@ -1,0 +1,240 @@
+"""The memory-frontier inputs and their searches: the arms compared, the batch-size and sequence-length
+searches, how probes run; validated and expanded into one `FrontierSearch` per arm and dimension."""
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
+from finetune_bench.inputs.validation import validate, validate_condition
+
+# The searched dimensions, named after the TrainingArgs field a probe sets.
+BATCH_SIZE = "per_device_train_batch_size"
+SEQ_LENGTH = "max_seq_length"
+DIMENSIONS = (BATCH_SIZE, SEQ_LENGTH)
+
+
+@dataclass
+class FrontierArm(StrictFromJson):
+    """One arm of the comparison: the TrainingArgs settings that distinguish it (each field is named after
+    the TrainingArgs field it sets; a new kind of arm is a new field here)."""
+
+    SECTION = "arms[]"
+
+    # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
+    arm: str = "baseline"
+
+
+def arm_overrides(arm: FrontierArm) -> dict:
+    """The TrainingArgs settings the arm sets."""
+    return dataclasses.asdict(arm)
+
+
+def arm_name(arm: FrontierArm) -> str:
+    """The arm's name (`liger`, `baseline`, ...), followed by its other settings, if any."""
+    others = {k: v for k, v in arm_overrides(arm).items() if k != "arm"}
+    return ",".join([arm.arm] + [f"{k}={v}" for k, v in others.items()])
+
+
+@dataclass
+class BatchSizeSearch(StrictFromJson):
+    """The largest per_device_train_batch_size that trains at training_args.max_seq_length."""
+
+    SECTION = "batch_size_search"
+
+    # Search this dimension at all; the first batch size probed, and the largest one tried.
+    enabled: bool = True
+    start: int = 1
+    cap: int = 256
+
+
+@dataclass
+class SeqLengthSearch(StrictFromJson):
+    """The largest max_seq_length, a multiple of `granularity`, that trains at batch size `batch_size`."""
+
+    SECTION = "seq_length_search"
+
+    # Search this dimension at all.
+    enabled: bool = True
+    # The per-device batch size every probe of this search trains with.
+    batch_size: int = 1
+    # The first sequence length probed and the longest tried (both multiples of granularity).
+    start: int = 1024
+    cap: int = 32768
+    # The frontier is found to this many tokens (bisection stops when the bracket is this narrow).
+    granularity: int = 256
+
+
+@dataclass
+class ProbeSettings(StrictFromJson):
+    """How every probe runs: a few steps (the first optimizer step creates the optimizer state, so a probe
+    needs two to see the steady-state peak), retries of a probe that fails for another reason than memory,
+    and re-probes of the frontier."""
+
+    SECTION = "probes"
+
+    # Optimizer steps per probe, and how many of them are warm-up (left out of the probe's timing).
+    max_steps: int = 2
+    timing_warmup_steps: int = 1
+    # Tries after the first for a probe that fails for another reason than memory (error, timeout).
+    retries: int = 1
+    # Re-probes of the frontier; one that runs out of memory moves the frontier below it.
+    confirmations: int = 1
+    # Seconds after which a probe is killed and counts as a timeout.
+    timeout_s: int = 1800
+
+
+@dataclass
+class FrontierSearch:
+    """One search: an arm, a dimension, and the settings every probe trains with (`dimension` set per probe)."""
+
+    arm: FrontierArm
+    dimension: str
+    training_args: TrainingArgs
+    start: int
+    cap: int
+    granularity: int
+    retries: int
+    confirmations: int
+    timeout_s: int
+
+
+def plan_searches(
+    training_args: TrainingArgs,
+    arms: list[FrontierArm],
+    batch_size_search: BatchSizeSearch,
+    seq_length_search: SeqLengthSearch,
+    probes: ProbeSettings,
+    n_runs: int = 1,
+) -> list[FrontierSearch]:
+    """Validate every input (naming the key at fault) and list the searches: per arm, per enabled dimension."""
+    # The training settings as given (they are what the throughput runs train with) ...
+    validate(no_axes(), training_args, n_runs)
+    _check_arms(arms)
+    _check_int("probes.max_steps", probes.max_steps, minimum=1)
+    _check_int("probes.timing_warmup_steps", probes.timing_warmup_steps, minimum=0)
+    if probes.timing_warmup_steps >= probes.max_steps:
+        raise SpecError(
+            f"probes.timing_warmup_steps ({probes.timing_warmup_steps}) must be below probes.max_steps "
+            f"({probes.max_steps}): no step would be measured"
+        )
+    _check_int("probes.retries", probes.retries, minimum=0)
+    _check_int("probes.confirmations", probes.confirmations, minimum=0)
+    _check_int("probes.timeout_s", probes.timeout_s, minimum=1)
+    ranges: list[_Range] = []
+    if _check_bool("batch_size_search.enabled", batch_size_search.enabled):
+        b = batch_size_search
+        ranges.append(_Range(BATCH_SIZE, "batch_size_search", b.start, b.cap, 1, {}))
+    if _check_bool("seq_length_search.enabled", seq_length_search.enabled):
+        q = seq_length_search
+        _check_int("seq_length_search.batch_size", q.batch_size, minimum=1)
+        _check_int("seq_length_search.granularity", q.granularity, minimum=1)
+        ranges.append(
+            _Range(SEQ_LENGTH, "seq_length_search", q.start, q.cap, q.granularity, {BATCH_SIZE: q.batch_size})
+        )
+    if not ranges:
+        raise SpecError("batch_size_search.enabled and seq_length_search.enabled are both false: nothing to search")
+    for r in ranges:
+        _check_int(f"{r.key}.start", r.start, minimum=1)
+        _check_int(f"{r.key}.cap", r.cap, minimum=1)
+        if r.cap < r.start:
+            raise SpecError(f"{r.key}.cap ({r.cap}) must not be below {r.key}.start ({r.start})")
+        if r.start % r.granularity or r.cap % r.granularity:
+            raise SpecError(
+                f"{r.key}.start ({r.start}) and {r.key}.cap ({r.cap}) must be multiples of "
+                f"{r.key}.granularity ({r.granularity})"
+            )
+    _check_data_fits(training_args, ranges)
+
+    searches = []
+    for arm, r in itertools.product(arms, ranges):
+        probe_args = dataclasses.replace(
+            training_args,
+            **arm_overrides(arm),
+            **r.fixed,
+            max_steps=probes.max_steps,
+            timing_warmup_steps=probes.timing_warmup_steps,
+        )
+        # The probe settings at both ends of the range must be runnable settings.
+        for value in (r.start, r.cap):
+            args = dataclasses.replace(probe_args, **{r.dimension: value})
+            validate(no_axes(), args, 1)
+            validate_condition(args, {**arm_overrides(arm), r.dimension: value})
+        searches.append(
+            FrontierSearch(
+                arm=arm,
+                dimension=r.dimension,
+                training_args=probe_args,
+                start=r.start,
+                cap=r.cap,
+                granularity=r.granularity,
+                retries=probes.retries,
+                confirmations=probes.confirmations,
+                timeout_s=probes.timeout_s,
+            )
+        )
+    return searches
+
+
+class _Range(NamedTuple):
+    """A dimension's search range, and the input key it came from (for messages)."""
+
+    dimension: str
+    key: str
+    start: int
+    cap: int
+    granularity: int
+    # Settings every probe of this dimension fixes (the sequence-length search's batch size).
+    fixed: dict
+
+
+def no_axes() -> ExperimentArgs:
+    """An experiment that sweeps nothing: the training settings as given."""
+    return ExperimentArgs(arm=[], per_device_train_batch_size=[])
+
+
+def _check_int(key: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(f"{key} must be an integer, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"{key} must be at least {minimum}, got {value!r}")
+
+
+def _check_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _check_arms(arms: list[FrontierArm]) -> None:
+    if not arms:
+        raise SpecError("arms must list at least one arm, e.g. [{arm: liger}, {arm: baseline}]")
+    for index, arm in enumerate(arms):
+        for name, value in arm_overrides(arm).items():
+            check_setting(f"arms[{index}].{name}", name, value)
+    names = [arm_name(arm) for arm in arms]
+    if len(set(names)) != len(names):
+        raise SpecError(f"arms repeats an arm: {names}")
+
+
+def _check_data_fits(training_args: TrainingArgs, ranges: list["_Range"]) -> None:
+    """Generated data must fill the largest probe: a batch larger than the dataset would hold fewer examples
+    than its size, and a sequence longer than the text would be shorter than its length (every generated
+    word is at least one token)."""
+    if not training_args.dataset_name.startswith(SYNTHETIC_PREFIX):
+        return
+    largest = {r.dimension: r.cap for r in ranges}
+    if BATCH_SIZE in largest and training_args.synthetic_num_examples < largest[BATCH_SIZE]:
+        raise SpecError(
+            f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below "
+            f"batch_size_search.cap ({largest[BATCH_SIZE]}): a batch cannot hold more examples than the dataset has"
+        )
+    longest = max(largest.get(SEQ_LENGTH, 0), training_args.max_seq_length if BATCH_SIZE in largest else 0)
+    if training_args.synthetic_min_words < longest:
+        raise SpecError(
+            f"training_args.synthetic_min_words ({training_args.synthetic_min_words}) is below the longest "
+            f"sequence probed ({longest} tokens): shorter examples would not fill the sequence"
+        )

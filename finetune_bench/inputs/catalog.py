@@ -1,0 +1,153 @@
+"""The names an inputs file may use, each list in one place: backends, criteria, optimizers, dtypes,
+model and dataset sources (bundled architectures, generated data, the hub datasets known by name).
+
+Also the checks that a model or dataset name can be found, run before anything is downloaded.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from finetune_bench.inputs.errors import SpecError, closest
+
+BACKENDS = ("trl_sft", "hf_trainer", "plain_loop", "forward_only")
+# How the loss is computed (see `TrainingArgs.criterion`); the first is the default.
+CRITERIA = ("model", "trl", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy")
+# The criteria a backend can run.
+BACKEND_CRITERIA = {
+    "trl_sft": ("model", "trl"),
+    "hf_trainer": ("model",),
+    "plain_loop": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+    "forward_only": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+}
+# Backends that train LoRA adapters (`TrainingArgs.lora_rank` > 0).
+LORA_BACKENDS = ("hf_trainer",)
+# Backends that implement `TrainingArgs.packing`.
+PACKING_BACKENDS = ("trl_sft", "plain_loop")
+# transformers' `optim` names that every optimizer-building backend can build: the Trainer backends through
+# TrainingArguments, the plain loop through `Trainer.get_optimizer_cls_and_kwargs` (each was built and
+# stepped there on a CPU; `adamw_8bit` only with bitsandbytes, on a CUDA device).
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "adagrad", "rmsprop", "adamw_8bit")
+# Optimizers whose states live in bitsandbytes' 8-bit CUDA kernels.
+BITSANDBYTES_OPTIMIZERS = ("adamw_8bit",)
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+DEVICES = ("auto", "cuda", "cpu")
+# How generated response lengths spread over their range (see `TrainingArgs.synthetic_length_distribution`).
+SYNTHETIC_LENGTH_DISTRIBUTIONS = ("uniform", "fixed", "normal", "lognormal")
+
+# Model names: `random:<architecture>` builds a random-init model from a bundled config (no download).
+RANDOM_PREFIX = "random:"
+ARCHITECTURES_DIR = Path(__file__).resolve().parent.parent / "architectures"
+# Dataset names: `synthetic:<format>` is generated offline.
+SYNTHETIC_PREFIX = "synthetic:"
+SYNTHETIC_FORMATS = ("alpaca",)
+
+
+def architectures() -> list[str]:
+    """Names accepted after `random:`, one per bundled config file (the single source of that list)."""
+    return sorted(p.stem for p in ARCHITECTURES_DIR.glob("*.json"))
+
+
+def architecture_config(name: str) -> dict:
+    """The bundled config of an architecture, as a dict."""
+    path = ARCHITECTURES_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"unknown architecture {name!r}; known: {', '.join(architectures())}")
+    return json.loads(path.read_text())
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    """A hub dataset known by name: its format (a name in `finetune_bench.sources.formats.FORMATS`), its
+    configs (the default first; () when it has none to name) and the splits that can be trained on."""
+
+    format: str
+    configs: tuple[str, ...]
+    splits: tuple[str, ...]
+
+
+HUB_DATASETS = {
+    "tatsu-lab/alpaca": HubDataset("alpaca", (), ("train",)),
+    # its test split's answerKey is empty (the answers are hidden)
+    "tau/commonsense_qa": HubDataset("commonsense_qa", (), ("train", "validation")),
+    "openai/gsm8k": HubDataset("gsm8k", ("main", "socratic"), ("train", "test")),
+    # the revised GSM8K test set: one config, one split
+    "madrylab/gsm8k-platinum": HubDataset("gsm8k", ("main",), ("test",)),
+    "OpenAssistant/oasst1": HubDataset("oasst", (), ("train", "validation")),
+}
+
+
+def known_dataset(dataset_name: str) -> HubDataset | None:
+    """The registry entry of a hub id (hub ids are case-insensitive), or None."""
+    by_lower = {name.lower(): entry for name, entry in HUB_DATASETS.items()}
+    return by_lower.get(dataset_name.lower())
+
+
+def default_config(dataset_name: str, config: str = "") -> str | None:
+    """The config to load: the one asked for, else the registry's default for a known id, else none."""
+    if config:
+        return config
+    known = known_dataset(dataset_name)
+    return known.configs[0] if known and known.configs else None
+
+
+def split_names(split: str) -> list[str]:
+    """The split names in a `datasets` split expression: "train[:10%]+validation" -> [train, validation]."""
+    return [part.split("[", 1)[0].strip() for part in split.split("+")]
+
+
+def looks_like_path(name: str) -> bool:
+    """A model or dataset name meant as a local path (not a hub id)."""
+    return name.startswith(("/", "./", "../", "~"))
+
+
+def check_model_name(model_name: str) -> None:
+    """A bundled architecture that exists, or a local path that exists (a hub id is checked when fetched)."""
+    if model_name.startswith(RANDOM_PREFIX):
+        arch, known = model_name.removeprefix(RANDOM_PREFIX), architectures()
+        if arch not in known:
+            raise SpecError(
+                f"training_args.model_name: no bundled architecture {arch!r}{closest(arch, known)}; known: {known}"
+            )
+    elif looks_like_path(model_name) and not Path(model_name).expanduser().exists():
+        raise SpecError(f"training_args.model_name: the local path {model_name!r} does not exist")
+
+
+def check_dataset(dataset_name: str, config: str, split: str) -> None:
+    """A generated format that exists, a local path that exists, or, for a hub dataset known by name, a
+    config and split it has (so that a wrong one fails here, not after a download)."""
+    if dataset_name.startswith(SYNTHETIC_PREFIX):
+        fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
+        if fmt not in SYNTHETIC_FORMATS:
+            raise SpecError(
+                f"training_args.dataset_name: no synthetic format {fmt!r}; known: "
+                f"{[SYNTHETIC_PREFIX + f for f in SYNTHETIC_FORMATS]}"
+            )
+        return
+    if looks_like_path(dataset_name):
+        if not Path(dataset_name).expanduser().exists():
+            raise SpecError(f"training_args.dataset_name: the local path {dataset_name!r} does not exist")
+        return
+    known = known_dataset(dataset_name)
+    if known is None:
+        return
+    if config and config not in known.configs:
+        has = f"configs {list(known.configs)}" if known.configs else "no configs (leave dataset_config empty)"
+        raise SpecError(f"training_args.dataset_config: {dataset_name} has {has}, got {config!r}")
+    for name in split_names(split):
+        if name not in known.splits:
+            raise SpecError(
+                f"training_args.dataset_split: {dataset_name} has no split {name!r} to train on; "
+                f"use one of {list(known.splits)}"
+            )
+
+
+def model_type(model_name: str) -> str | None:
+    """The model type of a bundled architecture or a local model directory; None for a hub id (known once
+    downloaded: a liger arm on a type Liger cannot patch then ends as an error result)."""
+    if model_name.startswith(RANDOM_PREFIX):
+        return architecture_config(model_name.removeprefix(RANDOM_PREFIX)).get("model_type")
+    config = Path(model_name).expanduser() / "config.json"
+    if looks_like_path(model_name) and config.exists():
+        return json.loads(config.read_text()).get("model_type")
+    return None

@@ -1,0 +1,112 @@
+"""Checks across settings: the inputs as a whole, one condition of the grid (settings that cannot run
+together), and the workflow's own run settings. A single setting's type and range are checked where it is
+declared (`finetune_bench.inputs.settings`)."""
+
+import dataclasses
+from typing import Any
+
+from finetune_bench.inputs.arms import LOSS_KERNELS, kernel_switches, parse_arm, supported_model_types
+from finetune_bench.inputs.catalog import (
+    BACKEND_CRITERIA,
+    BITSANDBYTES_OPTIMIZERS,
+    LORA_BACKENDS,
+    PACKING_BACKENDS,
+    model_type,
+)
+from finetune_bench.inputs.errors import ConditionRefused, SpecError
+from finetune_bench.inputs.settings import (
+    ExperimentArgs,
+    TrainingArgs,
+    axis_names,
+    validate_experiment_args,
+    validate_training_args,
+)
+
+
+def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> None:
+    """Reject inputs that cannot run, naming the key. Called before any training starts."""
+    training_fields = {f.name for f in dataclasses.fields(TrainingArgs)}
+    for name in axis_names():
+        if name not in training_fields:
+            raise SpecError(f"experiment_args.{name} has no matching training_args field")
+    validate_experiment_args(experiment_args)
+    validate_training_args(training_args)
+    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or n_runs <= 0:
+        raise SpecError(f"n_runs must be a positive integer, got {n_runs!r}")
+
+
+def validate_run_settings(
+    concurrency: int, min_success_ratio: float, condition_timeout_s: int, alpha: float = 0.05
+) -> None:
+    """The workflow's own settings."""
+    if isinstance(alpha, bool) or not 0 < alpha < 1:
+        raise SpecError(f"alpha (the significance level) must be in (0, 1), got {alpha!r}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise SpecError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if isinstance(min_success_ratio, bool) or not 0 < min_success_ratio <= 1:
+        raise SpecError(f"min_success_ratio must be in (0, 1], got {min_success_ratio!r}")
+    if isinstance(condition_timeout_s, bool) or not isinstance(condition_timeout_s, int) or condition_timeout_s <= 0:
+        raise SpecError(f"condition_timeout_s must be a positive number of seconds, got {condition_timeout_s!r}")
+
+
+def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
+    """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
+    backend, optim = training_args.backend, training_args.optim
+    if training_args.lora_rank > 0 and backend not in LORA_BACKENDS:
+        raise SpecError(
+            f"lora_rank {training_args.lora_rank} does not run with backend {backend!r}{where}: LoRA is "
+            f"applied by backend {list(LORA_BACKENDS)} only; use lora_rank 0 (a full fine-tune) with {backend!r}"
+        )
+    if optim in BITSANDBYTES_OPTIMIZERS and backend != "forward_only":  # forward_only builds no optimizer
+        import importlib.util
+
+        # Looked up, not imported: importing bitsandbytes probes CUDA, slow and noisy on a planning host.
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise SpecError(
+                f"optim {optim!r}{where} needs bitsandbytes, which is not installed here: install it "
+                "(it also needs a CUDA GPU) or use optim 'adamw_torch'"
+            )
+        if training_args.device == "cpu":
+            raise SpecError(
+                f"optim {optim!r}{where} needs a CUDA device (bitsandbytes' 8-bit optimizer kernels), "
+                "and training_args.device is 'cpu'"
+            )
+
+
+def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> None:
+    """Reject a combination of settings that cannot run together; `swept` names the condition's swept
+    values, so the message says which point of the grid is at fault."""
+    backend, criterion = training_args.backend, training_args.criterion
+    where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
+    if criterion not in BACKEND_CRITERIA[backend]:
+        raise SpecError(
+            f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
+            f"backend {backend!r} takes criterion {list(BACKEND_CRITERIA[backend])}"
+        )
+    if training_args.packing and backend not in PACKING_BACKENDS:
+        raise SpecError(
+            f"packing does not run with backend {backend!r}{where}: backends {list(PACKING_BACKENDS)} pack; "
+            f"use packing false with {backend!r}"
+        )
+    _check_lora_and_optimizer(training_args, where)
+    arm = parse_arm(training_args.arm)
+    if arm.liger:
+        kind = model_type(training_args.model_name)
+        if kind is not None and kind not in supported_model_types():
+            raise ConditionRefused(
+                f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
+                f"{training_args.model_name!r}){where}; Liger patches {supported_model_types()}. "
+                "This condition is not run; the others are."
+            )
+        if kind is not None and arm.liger_kernel and arm.liger_kernel not in kernel_switches(kind):
+            raise ConditionRefused(
+                f"arm {arm.name!r}: Liger has no {arm.liger_kernel!r} kernel for model type {kind!r}{where}; "
+                f"it has {list(kernel_switches(kind))}"
+            )
+        if arm.liger_kernel in LOSS_KERNELS and criterion != "model":
+            raise SpecError(
+                f"arm {arm.name!r} with criterion {criterion!r}{where}: the loss is computed outside the "
+                "model, so this Liger loss kernel would never run; use criterion 'model'"
+            )
+    if arm.switchback and training_args.device == "cpu":
+        raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")

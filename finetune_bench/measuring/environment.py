@@ -1,0 +1,53 @@
+"""Where and with what a run happened: host, Python, the versions of the packages that change the numbers,
+the GPU and its driver, and the lockfile the software was installed from."""
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from finetune_bench.measuring.gpu import driver_version
+
+# The lockfile every install is made from (`make lock` refreshes it), at the root of a checkout.
+LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
+# Set in the images (built from the same lockfile) to its hash, for an installed copy that has no checkout.
+LOCK_DIGEST_ENV = "FINETUNE_BENCH_LOCK_SHA256"
+
+
+def lock_digest() -> str:
+    """The sha256 of the lockfile this software was installed from: the checkout's, else the image's
+    (`LOCK_DIGEST_ENV`); `none` when neither is known."""
+    if LOCK_FILE.is_file():
+        return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+    return os.environ.get(LOCK_DIGEST_ENV) or "none"
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    """Where and with what a run happened."""
+    import importlib.metadata as md
+
+    env = {
+        "hostname": platform.node(),
+        "python": platform.python_version(),
+        "device_type": device.type,
+        "lock_sha256": lock_digest(),
+    }
+    for package in ("torch", "triton", "transformers", "trl", "peft", "liger-kernel", "datasets", "accelerate"):
+        try:
+            env[package] = md.version(package)
+        except md.PackageNotFoundError:
+            env[package] = "not installed"
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(
+            gpu_name=props.name,
+            gpu_count=str(torch.cuda.device_count()),
+            gpu_memory_bytes=str(props.total_memory),
+            cuda=str(torch.version.cuda),
+        )
+        env["driver"] = driver_version()
+    else:
+        env["cpu"] = platform.processor() or platform.machine()
+    return env

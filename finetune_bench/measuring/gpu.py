@@ -1,0 +1,81 @@
+"""The GPU as its driver sees it, through NVML (no CUDA context is created): the GPUs present, the driver
+version, and the memory a process really holds (sampled while it trains)."""
+
+import os
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the sampler takes a torch device; listing GPUs needs no torch
+    import torch
+
+
+def _nvml():
+    """pynvml, initialized (it raises when there is no NVIDIA driver)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def gpu_names() -> list[str]:
+    """The name of every GPU this process may use; empty without an NVIDIA driver (a CPU machine)."""
+    try:
+        nvml = _nvml()
+        return [
+            str(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(nvml.nvmlDeviceGetCount())
+        ]
+    except Exception:  # no NVIDIA driver: no GPU to name
+        return []
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version; `unknown (<why>)` when NVML cannot say."""
+    try:
+        return str(_nvml().nvmlSystemGetDriverVersion())
+    except Exception as exc:  # the record says why the driver version is missing
+        return f"unknown ({type(exc).__name__})"
+
+
+class NvmlPeakSampler:
+    """The GPU memory the driver sees, sampled in a background thread (what torch's allocator
+    does not count: the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, fragmentation).
+
+    Reports this process's peak when NVML lists it (`nvml_process_peak_bytes`); inside a container
+    whose PID namespace hides it, the device's peak used memory over the run instead
+    (`nvml_device_used_peak_bytes`, which includes any other process on the GPU).
+    """
+
+    def __init__(self, device: "torch.device", interval_s: float = 0.05):
+        import torch
+
+        self._nvml = _nvml()
+        uuid = torch.cuda.get_device_properties(device).uuid
+        self._handle = self._nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.process_peak: int | None = None
+        self.device_peak = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        pid = os.getpid()
+        for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                self.process_peak = max(self.process_peak or 0, int(proc.usedGpuMemory))
+        self.device_peak = max(self.device_peak, int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.sample()
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        if self.process_peak is not None:
+            return {"nvml_process_peak_bytes": float(self.process_peak)}
+        return {"nvml_device_used_peak_bytes": float(self.device_peak)}

@@ -1,0 +1,250 @@
+"""What one training run measures: per-step time, tokens, memory and loss, and their summary.
+
+The recorder is framework-neutral: a backend calls `begin_training`, `add_batch` for every
+micro-batch it feeds the model, and `end_step` after every optimizer step; `record_loss` when a
+loss is known. Step times are taken with the device synchronized at step boundaries, so a step's
+time is the wall time from the end of the previous step to the end of this one (data loading,
+forward, backward, optimizer and logging included).
+"""
+
+import gc
+import logging
+import math
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from finetune_bench.measuring.gpu import NvmlPeakSampler
+
+logger = logging.getLogger(__name__)
+
+STEP_COLUMNS = (
+    "step",
+    "step_time_s",
+    "non_padding_tokens",
+    "padded_tokens",
+    "model_flops",
+    "loss",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "gc_time_s",
+    "cuda_mallocs",
+    "cuda_malloc_retries",
+    "is_warmup",
+)
+
+
+@dataclass
+class StepRecord:
+    step: int
+    step_time_s: float
+    non_padding_tokens: int
+    padded_tokens: int
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    is_warmup: bool
+    model_flops: float | None = None
+    loss: float | None = None
+    # What explains a slow step: time in Python's garbage collector, and how often the CUDA caching
+    # allocator had to call cudaMalloc, or free its cache and retry (both synchronize the device).
+    gc_time_s: float = 0.0
+    cuda_mallocs: int | None = None
+    cuda_malloc_retries: int | None = None
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss."""
+
+
+class GcTimer:
+    """Total time spent in Python's garbage collector while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._start: float | None = None
+
+    def __call__(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.total_s += time.perf_counter() - self._start
+            self._start = None
+
+    def install(self) -> None:
+        gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+@dataclass
+class StepRecorder:
+    device: torch.device
+    warmup_steps: int
+    steps: list[StepRecord] = field(default_factory=list)
+    memory_before_training: dict[str, int] = field(default_factory=dict)
+    _last_end: float | None = None
+    _tokens: int = 0
+    _padded: int = 0
+    _nvml: NvmlPeakSampler | None = None
+    _nvml_summary: dict[str, float] = field(default_factory=dict)
+    # Model FLOPs of a token in a sequence of length S: _flops_fixed + _flops_per_seq_len * S.
+    _flops_fixed: float | None = None
+    _flops_per_seq_len: float = 0.0
+    _flops: float = 0.0
+    flops_formula: str = ""
+    _gc: GcTimer = field(default_factory=GcTimer)
+    _gc_at_last_end: float = 0.0
+    _allocator_at_last_end: tuple[int, int] = (0, 0)
+
+    def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
+        """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
+        (frozen weights, e.g. under LoRA, get no weight-gradient FLOPs: attach after freezing), or a
+        forward pass's (`training=False`). `flops_formula` says which count was used."""
+        from finetune_bench.measuring.flops import flops_formula, model_flops_per_token
+
+        self._flops_fixed = model_flops_per_token(model, 0, training)
+        self._flops_per_seq_len = model_flops_per_token(model, 1, training) - self._flops_fixed
+        self.flops_formula = flops_formula(model, training)
+
+    @property
+    def _cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def _sync(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _allocator_counts(self) -> tuple[int, int]:
+        """cudaMalloc calls and free-the-cache-and-retry events so far."""
+        stats = torch.cuda.memory_stats(self.device)
+        return int(stats.get("num_device_alloc", 0)), int(stats.get("num_alloc_retries", 0))
+
+    def begin_training(self) -> None:
+        """Record the memory held before the first step (weights, optimizer state if built) and start the clock."""
+        self._sync()
+        if self._cuda:
+            self.memory_before_training = {
+                "allocated_bytes": torch.cuda.memory_allocated(self.device),
+                "reserved_bytes": torch.cuda.memory_reserved(self.device),
+            }
+            torch.cuda.reset_peak_memory_stats(self.device)
+            try:
+                self._nvml = NvmlPeakSampler(self.device)
+                self._nvml.start()
+            except Exception as exc:  # no NVML (driver, library) means no driver-side figure, said in the log
+                logger.warning("NVML unavailable, no driver-side memory figure: %s", exc)
+                self._nvml = None
+            self._allocator_at_last_end = self._allocator_counts()
+        self._gc.install()
+        self._gc_at_last_end = self._gc.total_s
+        self._last_end = time.perf_counter()
+
+    def add_batch(self, attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> None:
+        """Count one micro-batch's tokens: non-padding (attention mask) and padded (tensor size)."""
+        self._padded += input_ids.numel()
+        # Called before the micro-batch's forward is queued: the device is idle, so the sync is free.
+        tokens = int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
+        self._tokens += tokens
+        if self._flops_fixed is not None:
+            # Attention work grows with the (padded) length of the sequence each token sits in.
+            self._flops += tokens * (self._flops_fixed + self._flops_per_seq_len * input_ids.shape[-1])
+
+    def end_step(self) -> None:
+        self._sync()
+        now = time.perf_counter()
+        peak_alloc = torch.cuda.max_memory_allocated(self.device) if self._cuda else None
+        peak_reserved = torch.cuda.max_memory_reserved(self.device) if self._cuda else None
+        mallocs = retries = None
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            counts = self._allocator_counts()
+            mallocs, retries = (
+                now_n - last_n for now_n, last_n in zip(counts, self._allocator_at_last_end, strict=True)
+            )
+            self._allocator_at_last_end = counts
+        gc_time = self._gc.total_s - self._gc_at_last_end
+        self._gc_at_last_end = self._gc.total_s
+        index = len(self.steps)
+        self.steps.append(
+            StepRecord(
+                step=index + 1,
+                step_time_s=now - self._last_end,
+                non_padding_tokens=self._tokens,
+                padded_tokens=self._padded,
+                peak_allocated_bytes=peak_alloc,
+                peak_reserved_bytes=peak_reserved,
+                is_warmup=index < self.warmup_steps,
+                model_flops=self._flops if self._flops_fixed is not None else None,
+                gc_time_s=gc_time,
+                cuda_mallocs=mallocs,
+                cuda_malloc_retries=retries,
+            )
+        )
+        self._tokens = self._padded = 0
+        self._flops = 0.0
+        self._last_end = now
+
+    def end_training(self) -> None:
+        """Stop background sampling (call once, whatever way training ended)."""
+        self._gc.remove()
+        if self._nvml is not None:
+            self._nvml_summary = self._nvml.stop()
+            self._nvml = None
+
+    def record_loss(self, step: int, loss: float) -> None:
+        """Keep step `step`'s loss; a NaN or infinite loss ends the run (NonFiniteLoss): what follows is noise."""
+        if 1 <= step <= len(self.steps):
+            self.steps[step - 1].loss = loss
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the loss is {loss} at step {step}")
+
+    def step_rows(self) -> list[dict]:
+        return [{name: getattr(s, name) for name in STEP_COLUMNS} for s in self.steps]
+
+    def summary(self, gpu_name: str = "") -> dict[str, float]:
+        """Headline metrics over the measured (non-warm-up) steps; warm-up reported apart."""
+        measured = [s for s in self.steps if not s.is_warmup]
+        warmup = [s for s in self.steps if s.is_warmup]
+        out: dict[str, float] = {"steps_measured": float(len(measured)), "steps_warmup": float(len(warmup))}
+        if warmup:
+            out["warmup_time_s"] = sum(s.step_time_s for s in warmup)
+        if measured:
+            total_time = sum(s.step_time_s for s in measured)
+            tokens = sum(s.non_padding_tokens for s in measured)
+            padded = sum(s.padded_tokens for s in measured)
+            times = [s.step_time_s for s in measured]
+            out.update(
+                tokens_per_second=tokens / total_time,
+                padded_tokens_per_second=padded / total_time,
+                padding_fraction=1 - tokens / padded if padded else 0.0,
+                step_time_median_s=statistics.median(times),
+                step_time_min_s=min(times),
+                step_time_max_s=max(times),
+                tokens_per_second_median_step=statistics.median(s.non_padding_tokens / s.step_time_s for s in measured),
+            )
+            if self._flops_fixed is not None:
+                out["model_flops_per_token"] = sum(s.model_flops for s in measured) / tokens
+                out["achieved_tflops"] = sum(s.model_flops for s in measured) / total_time / 1e12
+        if self.steps and self._cuda:
+            out["peak_allocated_bytes"] = float(max(s.peak_allocated_bytes for s in self.steps))
+            out["peak_reserved_bytes"] = float(max(s.peak_reserved_bytes for s in self.steps))
+        for name, value in self.memory_before_training.items():
+            out[f"before_training_{name}"] = float(value)
+        out.update(self._nvml_summary)
+        if "achieved_tflops" in out:
+            from finetune_bench.measuring.flops import mfu
+
+            utilization = mfu(out["achieved_tflops"], gpu_name)
+            if utilization is not None:
+                out["mfu"] = utilization
+        losses = [s.loss for s in self.steps if s.loss is not None]
+        if losses:
+            out["final_loss"] = losses[-1]
+        # ru_maxrss is in KiB on Linux.
+        out["process_peak_rss_bytes"] = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        return out

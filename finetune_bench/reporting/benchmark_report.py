@@ -1,0 +1,439 @@
+"""Figures (seaborn) and the self-contained HTML report; the Deck shows the same sections as tabs.
+
+Summary (the answer: how much faster, how much leaner, how sure, what fits, is it still correct, what to
+run), then the evidence: throughput, memory, speedup and MFU, loss curves, step times, every condition
+with its status and error, and every run.
+"""
+
+import html
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
+
+from finetune_bench.analysis.parity import DIVERGED, parity_summary  # noqa: E402
+from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations  # noqa: E402
+from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
+from finetune_bench.analysis.tables import GIB, arms_vs_baseline, condition_summary, ran_on_cpu  # noqa: E402
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
+from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
+
+BATCH = "per_device_train_batch_size"
+SEQ = "max_seq_length"
+FAILED_STATUSES_MARK = {"oom": "OOM", "error": "ERR", "timeout": "T/O", "nonfinite": "NaN", "lost": "LOST"}
+
+CPU_WARNING = (
+    "These runs happened on a CPU. Their timings say nothing about Liger's speed: on a CPU the "
+    "liger arm runs its Triton kernels in the Triton interpreter, about 100x slower than eager "
+    "PyTorch. Use a CPU run only to check that the workflow works; measure on a GPU."
+)
+
+ENVIRONMENT_KEYS = (
+    "gpu_name",
+    "gpu_count",
+    "gpu_memory_gib",
+    "driver",
+    "cuda",
+    "cpu",
+    "hostname",
+    "torch",
+    "triton",
+    "transformers",
+    "trl",
+    "peft",
+    "liger-kernel",
+    "python",
+    "lock_sha256",
+)
+
+
+def _with_arm(table: pd.DataFrame) -> pd.DataFrame:
+    return table if "arm" in table else table.assign(arm="(one arm)")
+
+
+def _x_axis(swept: list[str]) -> str:
+    if BATCH in swept:
+        return BATCH
+    others = [axis for axis in swept if axis != "arm"]
+    return others[0] if others else "condition_id"
+
+
+def _panels(data: pd.DataFrame, facets: list[str]) -> pd.Series:
+    """A label per row naming its values of the facet axes (one panel per label)."""
+    if not facets:
+        return pd.Series("", index=data.index)
+    labels = data[facets].apply(lambda column: column.name + "=" + column.astype(str))
+    return labels.agg(", ".join, axis=1)
+
+
+def _bar_panel(
+    table: pd.DataFrame,
+    metric: str,
+    ylabel: str,
+    swept: list[str],
+    title: str,
+    capacity_gib: float | None = None,
+) -> plt.Figure:
+    """Median of `metric` over ok runs per condition (bars, min–max over repeats as error bars), one panel
+    per value of the axes other than the arm and x; failed conditions marked, never dropped; a dashed line
+    at the GPU's capacity when given."""
+    x = _x_axis(swept)
+    facets = [axis for axis in swept if axis not in ("arm", x)]
+    data = _with_arm(table).copy()
+    data["panel"] = _panels(data, facets)
+    panels = list(dict.fromkeys(data["panel"]))
+    order = sorted(data[x].unique())
+    palette = arm_palette(data["arm"])
+    hue_order = list(palette)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6, 5.5 * len(panels)), 4.2), squeeze=False, sharey=True)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        subset = data[data["panel"] == panel]
+        ok = subset[(subset["status"] == "ok") & subset[metric].notna()]
+        if not ok.empty:
+            sns.barplot(
+                data=ok, x=x, y=metric, hue="arm", order=order, hue_order=hue_order, palette=palette,
+                estimator="median", errorbar=("pi", 100), capsize=0.1, dodge=True, ax=ax,
+            )  # fmt: skip
+        _mark_failures(ax, subset, x, order, hue_order)
+        if capacity_gib:
+            ax.axhline(capacity_gib, color="#C00000", linestyle="--", linewidth=1)
+            ax.text(0.01, capacity_gib, f" GPU capacity {capacity_gib:.0f} GiB", color="#C00000", va="bottom",
+                    fontsize=8, transform=ax.get_yaxis_transform())  # fmt: skip
+        ax.set_xlim(-0.5, len(order) - 0.5)
+        ax.set_xticks(range(len(order)), [str(v) for v in order])
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel)
+        ax.set_ylim(bottom=0)
+        for container in ax.containers:
+            if hasattr(container, "datavalues"):
+                ax.bar_label(container, fmt=short_number, fontsize=8, padding=2)
+        ax.get_legend() and ax.get_legend().remove()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[arm]) for arm in hue_order]
+    fig.legend(handles, hue_order, title="arm", loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_order: list[str]) -> None:
+    """Write OOM / ERR / T/O / NaN / LOST where a condition has no ok run, at its bar's position."""
+    width = 0.8 / max(len(hue_order), 1)
+    for (x_value, arm), cell in subset.groupby([x, "arm"]):
+        if (cell["status"] == "ok").any():
+            continue
+        worst = cell["status"].mode().iloc[0]
+        position = order.index(x_value) - 0.4 + width * (hue_order.index(arm) + 0.5)
+        ax.text(
+            position, 0.02, FAILED_STATUSES_MARK.get(worst, worst.upper()), transform=ax.get_xaxis_transform(),
+            ha="center", va="bottom", rotation=90, color="#C00000", fontweight="bold",
+        )  # fmt: skip
+
+
+def _speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
+    """Per arm, a heatmap of its median throughput over the baseline's across batch size × sequence length
+    (the axes that are swept), with cells where only one side fits written out."""
+    if comparison.empty or BATCH not in swept or comparison["throughput_ratio"].isna().all():
+        return None
+    rows = SEQ if SEQ in swept else None
+    facets = [axis for axis in swept if axis not in ("arm", BATCH, SEQ)]
+    fits = summary.assign(fits=summary["ok_runs"] > 0)
+    base_fits = fits[fits["arm"] == BASELINE].set_index([a for a in swept if a != "arm"])["fits"]
+    panels = comparison.assign(panel=_panels(comparison, facets))
+    groups = list(panels.groupby(["arm", "panel"], sort=False))
+    fig, axes = plt.subplots(1, len(groups), figsize=(max(5, 4.8 * len(groups)), 3.6), squeeze=False)
+    for ax, ((arm, panel), group) in zip(axes[0], groups, strict=True):
+        index = group[rows] if rows else pd.Series([""] * len(group), index=group.index, name="")
+        ratio = group.assign(_row=index.to_numpy()).pivot_table(
+            index="_row", columns=BATCH, values="throughput_ratio", aggfunc="first", dropna=False
+        )
+        labels = ratio.map(lambda v: f"×{v:.2f}" if pd.notna(v) else "")
+        arm_fits = fits[fits["arm"] == arm].set_index([a for a in swept if a != "arm"])["fits"]
+        for key, arm_ok in arm_fits.items():
+            key = key if isinstance(key, tuple) else (key,)
+            point = dict(zip([a for a in swept if a != "arm"], key, strict=True))
+            if any(point.get(f) != group[f].iloc[0] for f in facets):
+                continue
+            row, column = (point[rows] if rows else ""), point[BATCH]
+            base_ok = bool(base_fits.get(key if len(key) > 1 else key[0], False))
+            if arm_ok and not base_ok:
+                labels.loc[row, column] = "only\nthis arm\nfits"
+            elif base_ok and not arm_ok:
+                labels.loc[row, column] = "arm\nfails"
+        sns.heatmap(
+            ratio.astype(float), annot=labels.reindex_like(ratio).fillna(""), fmt="", cmap="vlag_r", center=1.0,
+            cbar_kws={"label": "throughput ratio (arm / baseline)"}, linewidths=0.5, ax=ax,
+        )  # fmt: skip
+        ax.set_xlabel(BATCH)
+        ax.set_ylabel(rows or "")
+        ax.set_title(f"{arm} vs baseline" + (f"\n{panel}" if panel else ""))
+    fig.tight_layout()
+    return fig
+
+
+def _loss_curves_figure(steps: pd.DataFrame, swept: list[str], max_panels: int = 12) -> plt.Figure | None:
+    """Loss per step, one panel per condition of the other axes, every run of every arm overlaid."""
+    if steps is None or steps.empty or steps["loss"].isna().all():
+        return None
+    facets = [axis for axis in swept if axis != "arm"]
+    data = _with_arm(steps[steps["loss"].notna()]).copy()
+    data["panel"] = _panels(data, facets)
+    panels = list(dict.fromkeys(data["panel"]))[:max_panels]
+    data = data[data["panel"].isin(panels)]
+    palette = arm_palette(data["arm"])
+    columns = min(len(panels), 3)
+    # Dashed baseline under solid arms: curves that match exactly stay visible.
+    dashes = {arm: (4, 2) if arm in (BASELINE, BASELINE_REPEAT) else "" for arm in palette}
+    grid = sns.relplot(
+        data=data, x="step", y="loss", hue="arm", hue_order=list(palette), palette=palette, units="run_number",
+        style="arm", style_order=list(palette), dashes=dashes, estimator=None, kind="line", col="panel",
+        col_wrap=columns if len(panels) > 1 else None, height=3.2, aspect=1.4, alpha=0.8, facet_kws={"sharey": False},
+    )  # fmt: skip
+    grid.set_titles("{col_name}")
+    grid.figure.suptitle("Training loss per step (one line per run)", y=1.02)
+    return grid.figure
+
+
+def _step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
+    """Every step's duration per condition: the measured steps as a box, warm-up steps as red crosses."""
+    if steps is None or steps.empty or "step_time_s" not in steps:
+        return None
+    data = _with_arm(steps).copy()
+    data["condition"] = data["condition_id"]
+    # Arms in report order, then the other axes by value (batch 4 before 16), not alphabetically.
+    rank = {arm: i for i, arm in enumerate(arm_order(data["arm"]))}
+    keys = [axis for axis in swept if axis != "arm" and axis in data]
+    ordered = data.assign(_arm=data["arm"].map(rank)).sort_values(["_arm", *keys])
+    order = list(dict.fromkeys(ordered["condition"]))
+    warmup = data["is_warmup"].astype(str).str.lower().isin(["true", "1"])
+    palette = arm_palette(data["arm"])
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.38 * len(order) + 1)))
+    measured = data[~warmup]
+    if not measured.empty:
+        sns.boxplot(
+            data=measured, y="condition", x="step_time_s", hue="arm", order=order, hue_order=list(palette),
+            palette=palette, orient="h", fliersize=2, ax=ax, legend=True, dodge=False,
+        )  # fmt: skip
+    if warmup.any():
+        ax.scatter(data.loc[warmup, "step_time_s"], data.loc[warmup, "condition"].map(order.index), marker="x",
+                   color="#C00000", label="warm-up step", zorder=3)  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("step time (s, log scale)")
+    ax.set_ylabel("")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title("Step times per condition (warm-up steps excluded from the boxes)")
+    fig.tight_layout()
+    return fig
+
+
+def _capacity_gib(environment: dict[str, str]) -> float | None:
+    value = environment.get("gpu_memory_bytes")
+    return float(value) / GIB if value else None
+
+
+def _ratio_text(ratio: float, low: float, high: float) -> str:
+    if pd.isna(ratio):
+        return "–"
+    interval = f" [{low:.2f}, {high:.2f}]" if pd.notna(low) and pd.notna(high) else ""
+    return f"×{ratio:.2f}{interval}"
+
+
+def _how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """The paired statistics as a reader wants them: ratio [CI], p, significant, noise floor, note."""
+    others = [axis for axis in swept if axis != "arm"]
+    out = paired[["arm", *others, "pairs"]].copy()
+    for name, label in (("throughput", "throughput"), ("peak_reserved", "peak reserved memory")):
+        if f"{name}_ratio" not in paired:
+            continue
+        out[f"{label} ×"] = [
+            _ratio_text(r, lo, hi)
+            for r, lo, hi in zip(
+                paired[f"{name}_ratio"], paired[f"{name}_ci_low"], paired[f"{name}_ci_high"], strict=True
+            )  # fmt: skip
+        ]
+        out[f"{label} p"] = paired[f"{name}_p_value"]
+        if f"{name}_noise_floor" in paired:
+            out[f"{label} noise floor"] = paired[f"{name}_noise_floor"].map(
+                lambda v: f"±{v:.1%}" if pd.notna(v) else "–"
+            )
+    out["throughput significant"] = paired.get("throughput_significant")
+    out["note"] = paired.get("note", "")
+    return out
+
+
+def _span(values: pd.Series) -> str:
+    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
+
+
+def verdicts(comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame) -> list[str]:
+    """One line per arm: its throughput and memory ratios over the conditions where both it and the
+    baseline ran, the largest batch each fits, and whether its loss matched the baseline's."""
+    lines = []
+    for arm, rows in comparison.groupby("arm", sort=False):
+        both = rows.dropna(subset=["throughput_ratio"])
+        if both.empty:
+            lines.append(f"{arm}: no condition has ok runs in both this arm and the baseline; nothing to compare.")
+            continue
+        speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
+        line = f"{arm} vs baseline: throughput {_span(speed)}"
+        if not memory.empty:
+            line += f", peak reserved memory {_span(memory)}"
+        line += f" over {len(both)} condition(s)"
+        if not fitting.empty:
+            mine = fitting[fitting["arm"] == arm]["largest_ok_batch"].max()
+            base = fitting[fitting["arm"] == BASELINE]["largest_ok_batch"].max()
+            if pd.notna(mine) and pd.notna(base):
+                line += f"; largest batch that fit {mine:g} vs {base:g}"
+        if not parity.empty and arm in set(parity["arm"]):
+            verdict = parity[parity["arm"] == arm]["verdict"]
+            line += f"; loss {int((verdict == 'match').sum())} of {len(verdict)} pairs match"
+            if (verdict == DIVERGED).any():
+                line += " (DIVERGED: see Loss parity)"
+        missing = len(rows) - len(both)
+        if missing:
+            line += f"; {missing} condition(s) lack an ok run on one side (see Conditions)"
+        lines.append(line + ".")
+    return lines
+
+
+def build_report(
+    table: pd.DataFrame,
+    swept: list[str],
+    environment: dict[str, str],
+    steps: pd.DataFrame | None = None,
+    parity: pd.DataFrame | None = None,
+    experiment_name: str = "",
+    alpha: float = 0.05,
+) -> Report:
+    """The report from the results table (one row per run), the per-step table and the loss-parity table
+    (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict)."""
+    summary = condition_summary(table, swept)
+    parity = parity if parity is not None else pd.DataFrame()
+    comparison = arms_vs_baseline(summary, swept)
+    paired = paired_comparison(table, swept, alpha)
+    fitting = largest_fitting_batch(table, swept)
+    capacity = _capacity_gib(environment)
+    sections: dict[str, str] = {}
+
+    overview = []
+    if ran_on_cpu(table):
+        overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
+    counts = table["status"].value_counts()
+    overview.append(
+        "<p>"
+        + html.escape(f"{len(table)} runs of {table['condition_id'].nunique()} conditions: ")
+        + html.escape(", ".join(f"{n} {status}" for status, n in counts.items()))
+        + "</p>"
+    )
+    if experiment_name:
+        overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
+    if not comparison.empty:
+        overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in verdicts(comparison, fitting, parity))
+    if not paired.empty:
+        overview.append(
+            f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
+            f"ratio of runs paired by run number (× &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} "
+            f"bootstrap interval in brackets (from {MIN_PAIRS_FOR_CI} pairs), and a paired t-test on the "
+            f"logarithms at alpha {alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the noise floor: "
+            "a difference inside it is not distinguishable from run-to-run noise.</p>"
+        )
+        overview.append(table_html(_how_sure_table(paired, swept)))
+    if not fitting.empty:
+        overview.append(
+            "<h3>What fits</h3><p>The largest batch size with an ok run, and the smallest that ran out of memory, "
+            "per arm.</p>" + table_html(fitting)
+        )
+    recommended = recommendations(summary, swept, capacity)
+    if not recommended.empty:
+        overview.append(
+            "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
+            "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>"
+            + table_html(recommended)
+        )
+    if "arm" in swept and steps is not None:
+        overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
+    env_items = {k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}
+    if capacity:
+        env_items["gpu_memory_gib"] = f"{capacity:.1f}"
+    if env_items:
+        overview.append("<h3>Environment</h3>" + table_html(pd.DataFrame([env_items])))
+    sections["Summary"] = "\n".join(overview)
+
+    sections["Throughput"] = (
+        "<p>Non-padding tokens per second over the measured steps (warm-up excluded). Bars: median over repeats; "
+        "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>"
+        + figure_html(
+            _bar_panel(table, "tokens_per_second", "non-padding tokens/s", swept, "Throughput"),
+            "throughput by batch size",
+        )
+    )
+
+    memory_parts = []
+    if table["peak_reserved_gib"].notna().any():
+        for metric, label in (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved")):
+            fig = _bar_panel(table, metric, f"{label} memory (GiB)", swept, f"{label.capitalize()} memory", capacity)
+            memory_parts.append(figure_html(fig, f"{label} memory by batch size"))
+        note = "PyTorch's allocator peaks (allocated: tensors; reserved: what the allocator holds from the GPU)."
+    else:
+        fig = _bar_panel(table, "process_peak_rss_gib", "process peak RSS (GiB, host memory)", swept, "Peak memory")
+        memory_parts.append(figure_html(fig, "peak memory by batch size"))
+        note = "No GPU: the process's peak resident memory on the host."
+    sections["Memory"] = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
+    sections["Memory"] += "\n".join(memory_parts)
+
+    speed_parts = []
+    speedup = _speedup_figure(comparison, summary, swept)
+    if speedup is not None:
+        speed_parts.append(figure_html(speedup, "throughput ratio heatmap"))
+    elif not comparison.empty:
+        speed_parts.append(
+            "<p>No batch-size grid with ok runs in both an arm and the baseline: the ratios as a table.</p>"
+            + table_html(comparison)
+        )
+    else:
+        speed_parts.append("<p>Only one arm ran: nothing to compare.</p>")
+    if table["mfu"].notna().any():
+        speed_parts.append(
+            figure_html(_bar_panel(table, "mfu", "model FLOPs utilization", swept, "MFU"), "MFU per condition")
+        )
+        speed_parts.append("<p>MFU: model FLOPs per token × tokens/s over the GPU's dense bf16 peak.</p>")
+    else:
+        speed_parts.append("<p>MFU: not known for this device (no GPU, or a GPU without a known peak).</p>")
+    sections["Speedup"] = "\n".join(speed_parts)
+
+    curves = _loss_curves_figure(steps, swept)
+    sections["Loss curves"] = (
+        figure_html(curves, "loss curves") if curves is not None else "<p>No run recorded a loss.</p>"
+    )
+    if not parity.empty:
+        sections["Loss curves"] += (
+            "<h3>Loss parity</h3><p>Each arm's run against the baseline run with the same other settings and run "
+            "number (same seed, same data order), step by step.</p>" + table_html(parity)
+        )
+    times = _step_time_figure(steps, swept)
+    sections["Step times"] = (
+        figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
+    )
+
+    conditions = [table_html(summary)]
+    failures = table[table["status"] != "ok"]
+    if failures.empty:
+        conditions.append("<p>No run failed.</p>")
+    for row in failures.itertuples(index=False):
+        conditions.append(
+            f"<h3>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.status)}</h3>"
+            f"<p>{html.escape(str(row.reason))}</p>"
+            f"<pre>{html.escape(str(getattr(row, 'error_tail', '') or ''))}</pre>"
+        )
+    sections["Conditions"] = "\n".join(conditions)
+    # Whether a run was reused from the results store is bookkeeping: a resumed grid reports like an uninterrupted one.
+    run_columns = [c for c in table.columns if c not in ("error_tail", "reused")]
+    sections["Runs"] = table_html(table[run_columns])
+    return Report(sections=sections)

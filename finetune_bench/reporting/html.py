@@ -1,0 +1,97 @@
+"""The building blocks every report page shares: the page itself (sections that are also Deck tabs),
+figures embedded as PNG, tables, and one colour per arm."""
+
+import base64
+import html
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
+
+# Fixed colours for the arms every experiment has; any other arm takes the next colour of tab10 not used here.
+_FIXED_COLOURS = {BASELINE: "#4C72B0", BASELINE_REPEAT: "#8DA9D6", "liger": "#DD8452"}
+
+
+@dataclass
+class Report:
+    """The report's sections, as HTML fragments, in display order (each a Deck tab)."""
+
+    sections: dict[str, str]
+
+    def to_html(self, title: str = "Fine-tuning benchmark") -> str:
+        nav = " · ".join(f'<a href="#{_anchor(name)}">{html.escape(name)}</a>' for name in self.sections)
+        body = "\n".join(
+            f'<section id="{_anchor(name)}"><h2>{html.escape(name)}</h2>{content}</section>'
+            for name, content in self.sections.items()
+        )
+        return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }}
+th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }}
+.table {{ overflow-x: auto; max-width: 100%; }}
+th {{ background: #f2f2f2; }}
+.warning {{ background: #fff3cd; border: 1px solid #e0b000; padding: 0.8em; margin: 1em 0; }}
+.verdict {{ font-size: 1.05em; font-weight: bold; }}
+pre {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }}
+img {{ max-width: 100%; }}
+nav {{ margin-bottom: 1em; }}
+</style></head>
+<body><h1>{html.escape(title)}</h1>
+<nav>{nav}</nav>
+{body}
+</body></html>"""
+
+
+def _anchor(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower())
+
+
+def arm_order(arms: Iterable[str]) -> list[str]:
+    """Baseline first, its A/A repeat next, then the other arms in the order they came."""
+    arms = list(dict.fromkeys(arms))
+    fixed = [arm for arm in (BASELINE, BASELINE_REPEAT) if arm in arms]
+    return fixed + [arm for arm in arms if arm not in fixed]
+
+
+def arm_palette(arms: Iterable[str]) -> dict[str, str]:
+    """A distinct colour per arm; baseline, baseline_repeat and liger always get the same ones."""
+    spare = iter(c for c in sns.color_palette("tab10").as_hex() if c.lower() not in ("#1f77b4", "#ff7f0e"))
+    return {arm: _FIXED_COLOURS.get(arm) or next(spare) for arm in arm_order(arms)}
+
+
+def figure_html(fig: plt.Figure, alt: str) -> str:
+    """`fig` as an <img> with the PNG inline (the figure is closed)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}"/>'
+
+
+def table_html(frame: pd.DataFrame) -> str:
+    """`frame` as an HTML table that scrolls sideways when wide."""
+    # nullable integers (a batch size that may be missing) print as numbers, and a missing one as a dash
+    nullable = {c: float for c in frame.columns if str(frame[c].dtype) in ("Int64", "Float64")}
+    frame = frame.astype(nullable) if nullable else frame
+    table = frame.to_html(index=False, float_format=table_number, na_rep="–", border=0, escape=True)
+    return f'<div class="table">{table}</div>'
+
+
+def table_number(value: float) -> str:
+    """A number as a table shows it: thousands separated, else 4 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def short_number(value: float) -> str:
+    """A number as a figure label shows it: thousands separated, else 3 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

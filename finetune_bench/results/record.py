@@ -1,0 +1,39 @@
+"""The result record of one run: plain data saying what ran, where, what came out and how it ended."""
+
+from dataclasses import dataclass, field
+
+from finetune_bench.inputs.settings import TrainingArgs
+
+# How a run ended (`RunResult.status`), the single source of these names.
+OK = "ok"
+OOM = "oom"  # out of GPU (or host) memory
+ERROR = "error"  # an exception, a non-zero exit or a signal; or a condition refused before it was launched
+TIMEOUT = "timeout"  # killed after `condition_timeout_s`
+NONFINITE = "nonfinite"  # the loss became NaN or infinite (the run stops there; its steps so far are kept)
+STATUSES = (OK, OOM, ERROR, TIMEOUT, NONFINITE)
+# A run the orchestrator lost (the task itself failed, so no record came back).
+LOST = "lost"
+
+
+@dataclass
+class RunResult:
+    """One run's record: which condition and repeat, its full settings, how it ended and why, what it
+    measured, where it ran, what Liger replaced and which loss ran."""
+
+    condition_id: str
+    run_number: int
+    swept_axes: list[str]
+    training_args: TrainingArgs
+    status: str
+    reason: str = ""
+    error_tail: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
+    liger_patches: dict[str, int] = field(default_factory=dict)
+    loss_path: str = ""
+    wall_time_s: float = 0.0
+    # Local path of the per-step CSV ("" when the run recorded no step).
+    steps_file: str = ""
+    # True when the result was taken from the results store instead of being measured again.
+    reused: bool = False

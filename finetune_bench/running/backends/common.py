@@ -1,0 +1,145 @@
+"""Pieces every backend shares: device and dtype resolution, model and tokenizer loading."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from finetune_bench.inputs.arms import Arm, parse_arm
+from finetune_bench.inputs.catalog import BITSANDBYTES_OPTIMIZERS
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.running.liger_patching import apply_liger, unwrap_peft
+from finetune_bench.sources.models import is_random_init
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("training_args.device is 'cuda' but no CUDA device is visible")
+    return torch.device(requested)
+
+
+def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[requested]
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    random_init: bool
+    liger_patches: dict[str, int] = field(default_factory=dict)
+    switchback_layers: int = 0
+
+
+def check_optimizer_device(args: TrainingArgs, device: torch.device) -> None:
+    """An 8-bit bitsandbytes optimizer on a device it has no kernels for: planning refuses it for
+    device 'cpu', but `auto` resolves only here, on the machine that trains."""
+    if args.optim in BITSANDBYTES_OPTIMIZERS and args.backend != "forward_only" and device.type != "cuda":
+        raise RuntimeError(
+            f"optim {args.optim!r} needs a CUDA device (bitsandbytes), and this run's device is {device}"
+        )
+
+
+def load_model(
+    args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype, **liger_flags: bool
+) -> LoadedModel:
+    """Load (or randomly initialise, seeded) the model on `device`, and apply Liger if the arm asks."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    check_optimizer_device(args, device)  # every backend loads through here: fail before the load
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    random_init = is_random_init(model_dir)
+    torch.manual_seed(args.seed)
+    if random_init:
+        config = AutoConfig.from_pretrained(model_dir)
+        # Built directly on the device: initialising billions of parameters on a CPU takes minutes.
+        with device:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map={"": device})
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
+    apply_arm(loaded, parse_arm(args.arm), **liger_flags)
+    return loaded
+
+
+def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
+    """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's
+    choice, then the backend's `liger_flags`), then torch.compile (lazy: it compiles what the model
+    has become by its first forward, LoRA adapters or gradient checkpointing included)."""
+    model = loaded.model
+    if arm.switchback:
+        loaded.switchback_layers = apply_switchback(model)
+    if arm.liger:
+        flags = {**arm.liger_flags(model.config.model_type), **liger_flags}
+        loaded.liger_patches = apply_liger(model, **flags)
+    if arm.compile:
+        model.compile()
+
+
+def apply_switchback(model: torch.nn.Module) -> int:
+    """Replace every nn.Linear of the decoder layers (not the LM head or embeddings) by bitsandbytes'
+    SwitchBackLinear (int8 forward and input-gradient matmuls, 16-bit weight gradients) with the same
+    weights; return how many were replaced."""
+    try:
+        from bitsandbytes.nn import SwitchBackLinear
+    except ImportError as exc:
+        raise RuntimeError(
+            "the switchback arm needs bitsandbytes 0.49.2 (the last release with SwitchBack): "
+            "pip install 'finetune-bench[switchback]'"
+        ) from exc
+    if not next(model.parameters()).is_cuda:
+        raise RuntimeError("the switchback arm needs a CUDA GPU: SwitchBack's kernels are Triton GPU kernels")
+    import triton.language as tl
+
+    if not hasattr(tl, "libdevice"):
+        # Seen on an H200 with Triton 3.6: the kernels fail to compile (`tl.libdevice` is gone; aliased to
+        # triton.language.extra.libdevice, its llrint then refuses bf16 tensors). Fail before any step runs.
+        import triton
+
+        raise RuntimeError(
+            "the switchback arm cannot run with Triton "
+            f"{triton.__version__}: bitsandbytes 0.49.2's SwitchBack kernels call tl.libdevice.llrint, "
+            "which this Triton no longer has; they need the older Triton they were written for"
+        )
+    layers = model.get_decoder().layers
+    replaced = 0
+    for parent in layers.modules():
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                switchback = SwitchBackLinear(
+                    child.in_features, child.out_features, bias=child.bias is not None,
+                    device=child.weight.device, dtype=child.weight.dtype,
+                )  # fmt: skip
+                switchback.load_state_dict(child.state_dict())
+                setattr(parent, name, switchback)
+                replaced += 1
+    if not replaced:
+        raise RuntimeError("the switchback arm found no nn.Linear layer in the decoder to replace")
+    return replaced
+
+
+def run_details(loaded: LoadedModel, loss_path: str) -> dict:
+    """What every backend reports about the model it trained (the worker files it in the result)."""
+    model = loaded.model
+    return {
+        "loss_path": loss_path,
+        "liger_patches": loaded.liger_patches,
+        "switchback_layers": loaded.switchback_layers,
+        # compiled before a LoRA wrapper was put around it: look inside peft's wrapper
+        "compiled": bool(getattr(unwrap_peft(model), "_compiled_call_impl", None)),
+        "random_init": loaded.random_init,
+        "attn_implementation": str(getattr(model.config, "_attn_implementation", "")),
+        # LoRA adapters included; `trainable_parameters` is what the optimizer updates (all of them in a
+        # full fine-tune, the adapters alone with LoRA)
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "trainable_parameters": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
+    }

@@ -1,0 +1,141 @@
+"""Tokenized prompt/completion examples and their batches, for the backends that build their own
+(the plain loop and the HF Trainer): prompt + completion + EOS, truncated to max_seq_length, loss on
+completion tokens only, right-padded per batch to the longest example."""
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    import datasets
+    import transformers
+
+IGNORE_INDEX = -100
+
+
+def tokenize_prompt_completion(
+    dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", max_length: int
+) -> "datasets.Dataset":
+    """input_ids and labels (prompt masked with -100), truncated to `max_length`."""
+
+    def encode(row: dict) -> dict:
+        if "text" in row and "prompt" not in row:
+            ids = tokenizer(row["text"])["input_ids"] + [tokenizer.eos_token_id]
+            return {"input_ids": ids[:max_length], "labels": ids[:max_length]}
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        completion = tokenizer(row["completion"])["input_ids"] + [tokenizer.eos_token_id]
+        ids = (prompt + completion)[:max_length]
+        labels = ([IGNORE_INDEX] * len(prompt) + completion)[:max_length]
+        return {"input_ids": ids, "labels": labels}
+
+    encoded = dataset.map(encode, remove_columns=dataset.column_names)
+    # An example whose prompt fills the window has nothing to learn from.
+    return encoded.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))
+
+
+def collate(rows: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest row of the batch."""
+    longest = max(len(row["input_ids"]) for row in rows)
+    input_ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), longest), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for i, row in enumerate(rows):
+        n = len(row["input_ids"])
+        input_ids[i, :n] = torch.tensor(row["input_ids"])
+        labels[i, :n] = torch.tensor(row["labels"])
+        attention_mask[i, :n] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing: several examples per row, no padding.
+#
+# A packed row carries `position_ids` that restart at 0 at every example and no attention mask:
+# transformers (5.x, models whose masks come from `masking_utils`) then builds a block-diagonal causal
+# mask for eager/sdpa/flex attention, or variable-length sequences for flash attention, so an example
+# never attends to the one before it in the row. That detection only happens when the forward gets no
+# attention mask and builds no KV cache (use_cache=False); `check_packing_isolates_examples` verifies it
+# on the model that trains. TRL's padding-free collator relies on the same mechanism.
+
+
+def pack(encoded: "datasets.Dataset", max_length: int) -> "datasets.Dataset":
+    """Concatenate tokenized examples (input_ids, labels), in order, and cut them into rows of exactly
+    `max_length` tokens with `position_ids`; only the last, partial row is dropped.
+
+    An example that does not fit in the rest of a row continues at the start of the next one, as a new
+    segment (its positions restart at 0, it cannot see its beginning). Each example's first label is
+    masked: in a packed row the previous example's last token would otherwise be trained to predict it
+    (unpacked, a first token is never a target either). Prompt masking is kept as it is.
+    """
+    import datasets
+    import numpy as np
+
+    lengths = np.array([len(ids) for ids in encoded["input_ids"]], dtype=np.int64)
+    n_rows = int(lengths.sum()) // max_length
+    if n_rows == 0:
+        raise ValueError(f"the dataset has {int(lengths.sum())} tokens, fewer than one packed row of {max_length}")
+    input_ids = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]])
+    labels = np.concatenate([np.asarray(lbl, dtype=np.int64) for lbl in encoded["labels"]])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    labels[starts] = IGNORE_INDEX
+    example = np.repeat(np.arange(len(lengths)), lengths)
+    positions = np.arange(len(input_ids)) - np.repeat(starts, lengths)
+
+    keep = n_rows * max_length
+    shape = (n_rows, max_length)
+    input_ids, labels = input_ids[:keep].reshape(shape), labels[:keep].reshape(shape)
+    example, positions = example[:keep].reshape(shape), positions[:keep].reshape(shape)
+    # An example carried over from the previous row restarts at position 0.
+    carried = example == example[:, :1]
+    positions = np.where(carried, positions - positions[:, :1], positions)
+    return datasets.Dataset.from_dict(
+        {"input_ids": input_ids.tolist(), "labels": labels.tolist(), "position_ids": positions.tolist()}
+    )
+
+
+def collate_packed(rows: list[dict]) -> dict[str, torch.Tensor]:
+    """Stack packed rows (all `max_length` long): input_ids, labels, position_ids and, deliberately, no
+    attention mask (with one, transformers would let examples of a row attend to each other)."""
+    return {
+        key: torch.tensor([row[key] for row in rows], dtype=torch.long)
+        for key in ("input_ids", "labels", "position_ids")
+    }
+
+
+class PackingNotIsolated(RuntimeError):
+    """The model lets packed examples attend to each other: packing would train on cross-example context."""
+
+
+def check_packing_isolates_examples(model: torch.nn.Module) -> None:
+    """Raise PackingNotIsolated unless a packed example's logits are unaffected by the example before it.
+
+    Two rows share their second example and differ in the first; with position_ids restarting at the
+    boundary and no attention mask, the second example's logits must agree. A model whose attention
+    ignores position_ids for masking (custom code, an attention implementation transformers does not
+    build masks for) fails here instead of silently training on contaminated context.
+    """
+    vocab = model.get_input_embeddings().num_embeddings
+    device = model.get_input_embeddings().weight.device
+    first, other_first, second = (torch.arange(start, start + n) % vocab for start, n in ((5, 6), (40, 6), (80, 7)))
+    input_ids = torch.stack([torch.cat([first, second]), torch.cat([other_first, second])]).to(device)
+    position_ids = torch.cat([torch.arange(len(first)), torch.arange(len(second))]).expand(2, -1).to(device)
+    # A model compiled in place (`model.compile()`) is probed through its eager forward: compiling for
+    # this probe's shapes would only add a compilation before training.
+    forward = model.forward if getattr(model, "_compiled_call_impl", None) is not None else model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = forward(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits.float()
+    finally:
+        model.train(was_training)
+    tail = logits[:, len(first) :]
+    difference = (tail[0] - tail[1]).abs().max().item()
+    scale = tail.abs().max().item()
+    if difference > 1e-2 * max(scale, 1.0):
+        attention = getattr(model.config, "_attn_implementation", "?")
+        raise PackingNotIsolated(
+            f"packed examples attend to each other in this model (type {model.config.model_type!r}, attention "
+            f"{attention!r}): a packed example's logits moved by {difference:.3g} when the example before it "
+            "changed. Run it with packing false."
+        )

@@ -1,0 +1,58 @@
+"""transformers' Trainer on the same tokenized examples as the plain loop.
+
+Both arms take the loss from the model's own forward, so the liger arm uses Liger's fused linear
+cross entropy (with Liger's defaults) and the baseline transformers' cross entropy on the logits,
+exactly as in the plain loop: the difference between the two backends is the Trainer itself.
+
+With `lora_rank` > 0 the model is wrapped for LoRA (see `finetune_bench.running.backends.lora`) after Liger
+patched it, and the Trainer trains the adapters only.
+"""
+
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.steps import StepRecorder
+from finetune_bench.running.backends.common import load_model, run_details
+from finetune_bench.running.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.running.backends.lora import adapters_trained, apply_lora
+from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
+from finetune_bench.running.liger_patching import loss_path
+from finetune_bench.sources.datasets import load_prompt_completion
+
+
+def train(
+    args: TrainingArgs,
+    dataset_dir: Path,
+    model_dir: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    recorder: StepRecorder,
+    work_dir: Path,
+) -> dict:
+    from transformers import Trainer, TrainingArguments
+
+    loaded = load_model(args, model_dir, device, dtype)
+    loaded.model.config.use_cache = False
+    if args.lora_rank > 0:  # after load_model: Liger patches the base model, peft wraps the patched model
+        loaded.model = apply_lora(loaded.model, args)
+    # after freezing: frozen weights get no weight-gradient FLOPs (flops.model_flops_per_token)
+    recorder.attach_model(loaded.model)
+    # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
+    # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
+    path = loss_path(loaded.model)
+    data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length)
+    trainer = recording_trainer(Trainer, recorder)(
+        model=loaded.model,
+        args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
+        train_dataset=data,
+        data_collator=partial(collate, pad_token_id=loaded.tokenizer.pad_token_id),
+        callbacks=[recording_callback(recorder)],
+    )
+    trainer.train()
+    details = run_details(loaded, path)
+    if args.lora_rank > 0:
+        details["lora_adapters_trained"] = adapters_trained(loaded.model)
+    return details

@@ -1,0 +1,193 @@
+"""A plain PyTorch training loop: forward, loss, backward, gradient clipping (as the HF Trainer
+does, `max_grad_norm`), optimizer step. No Trainer.
+
+It shows what the Trainer's own machinery costs. With `criterion: model` the model's forward
+computes the loss from the labels: Liger's fused linear cross entropy (no logits materialized) in a
+liger arm, transformers' cross entropy on the logits in the baseline. The other criteria are
+computed here, whatever the arm: torch's cross entropy or Liger's on the logits, or Liger's fused
+linear cross entropy on the last hidden states and the LM head's weight.
+
+Data are the same prompt/completion examples as the Trainer backends, tokenized the same way
+(prompt + completion + EOS, truncated to max_seq_length, loss on completion tokens only), padded
+per batch to the longest example; with `packing`, concatenated into rows of exactly max_seq_length
+tokens whose position_ids restart at every example (`backends.data.pack`).
+"""
+
+import itertools
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.steps import StepRecorder
+from finetune_bench.running import faults
+from finetune_bench.running.backends.common import LoadedModel, load_model, run_details
+from finetune_bench.running.backends.data import (
+    IGNORE_INDEX,
+    check_packing_isolates_examples,
+    collate,
+    collate_packed,
+    pack,
+    tokenize_prompt_completion,
+)
+from finetune_bench.running.liger_patching import loss_path
+from finetune_bench.sources.datasets import load_prompt_completion
+
+
+def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) -> torch.optim.Optimizer:
+    """The optimizer the HF Trainer would build for `args.optim`, with the Trainer's weight-decay groups."""
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    hf_args = TrainingArguments(
+        output_dir=str(work_dir / "optimizer-args"),
+        optim=args.optim,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        report_to="none",
+        use_cpu=not any(p.is_cuda for p in model.parameters()),
+    )
+    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(hf_args, model)
+    decay = set(get_parameter_names(model, [torch.nn.LayerNorm], ["bias", "layernorm", "rmsnorm", "norm"]))
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in trainable if n in decay], "weight_decay": args.weight_decay},
+        {"params": [p for n, p in trainable if n not in decay], "weight_decay": 0.0},
+    ]
+    return optimizer_cls([g for g in groups if g["params"]], **optimizer_kwargs)
+
+
+LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def next_token_labels(labels: torch.Tensor) -> torch.Tensor:
+    """The label each position predicts (the next token's), flattened, as transformers shifts them."""
+    return F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].reshape(-1)
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the model's forward takes besides the labels: the attention mask of a padded batch, or the
+    position_ids of a packed one (which must reach the model without an attention mask)."""
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+def loss_function(criterion: str) -> LossFunction:
+    """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
+    if criterion == "model":
+        return lambda model, batch: model(**batch).loss
+    if criterion == "liger_fused_linear_cross_entropy":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        def fused(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            backbone = getattr(model, model.base_model_prefix)
+            hidden = backbone(**model_inputs(batch)).last_hidden_state
+            hidden = hidden.reshape(-1, hidden.shape[-1])
+            lm_head = model.get_output_embeddings()
+            loss = LigerFusedLinearCrossEntropyLoss(softcap=getattr(model.config, "final_logit_softcapping", None))
+            return loss(lm_head.weight, hidden, next_token_labels(batch["labels"]), lm_head.bias)
+
+        return fused
+    if criterion == "liger_cross_entropy":
+        from liger_kernel.transformers import LigerCrossEntropyLoss
+
+        on_logits = LigerCrossEntropyLoss()
+    elif criterion == "torch_cross_entropy":
+
+        def on_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            # in float32, as transformers computes its loss
+            return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+
+    else:
+        raise ValueError(f"the plain loop has no criterion {criterion!r}")
+
+    def from_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = model(**model_inputs(batch)).logits
+        return on_logits(logits.reshape(-1, logits.shape[-1]), next_token_labels(batch["labels"]))
+
+    return from_logits
+
+
+def load_for_criterion(
+    args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype
+) -> tuple[LoadedModel, str]:
+    """The model, and the loss path its criterion gives: with `model` the model's forward computes the loss;
+    with any other criterion the criterion is the loss, so a liger arm must not swap in a second one."""
+    if args.criterion == "model":
+        loaded = load_model(args, model_dir, device, dtype)
+        return loaded, loss_path(loaded.model)
+    loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    return loaded, args.criterion
+
+
+def train(
+    args: TrainingArgs,
+    dataset_dir: Path,
+    model_dir: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    recorder: StepRecorder,
+    work_dir: Path,
+) -> dict:
+    from transformers import get_scheduler
+
+    loaded, path = load_for_criterion(args, model_dir, device, dtype)
+    compute_loss = loss_function(args.criterion)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    recorder.attach_model(model)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    model.train()
+
+    data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
+    if args.packing:
+        check_packing_isolates_examples(model)
+        data = pack(data, args.max_seq_length)
+        collate_rows = collate_packed
+    else:
+        collate_rows = partial(collate, pad_token_id=tokenizer.pad_token_id)
+    generator = torch.Generator().manual_seed(args.seed)
+    loader = torch.utils.data.DataLoader(
+        data,
+        batch_size=args.per_device_train_batch_size,
+        shuffle=True,
+        generator=generator,
+        drop_last=True,
+        collate_fn=collate_rows,
+        pin_memory=device.type == "cuda",
+    )
+    if len(loader) == 0:
+        raise ValueError(
+            f"the dataset has {len(data)} usable examples, fewer than one batch of {args.per_device_train_batch_size}"
+        )
+    batches = itertools.chain.from_iterable(itertools.repeat(loader))
+    optimizer = build_optimizer(args, model, work_dir)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=int(args.warmup_ratio * args.max_steps),
+        num_training_steps=args.max_steps,
+    )
+
+    recorder.begin_training()
+    for step in range(1, args.max_steps + 1):
+        step_loss = torch.zeros((), device=device)
+        for _ in range(args.gradient_accumulation_steps):
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+            recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
+            loss = compute_loss(model, batch) / args.gradient_accumulation_steps
+            loss.backward()
+            step_loss += loss.detach()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        recorder.end_step()
+        recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
+        faults.maybe_inject(step, model)
+
+    return run_details(loaded, path)

@@ -1,0 +1,88 @@
+"""What the Trainer-based backends share: the measuring callback and trainer mixin, and the
+TrainingArguments fields that come straight from `TrainingArgs`."""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.steps import StepRecorder
+from finetune_bench.running import faults
+
+if TYPE_CHECKING:
+    import transformers
+
+
+def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dtype, work_dir: Path) -> dict:
+    """Keyword arguments common to transformers' TrainingArguments and TRL's SFTConfig."""
+    return dict(
+        output_dir=str(work_dir / "trainer"),
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type=args.lr_scheduler_type,
+        warmup_steps=args.warmup_ratio,  # a float below 1 is a ratio of max_steps
+        weight_decay=args.weight_decay,
+        max_grad_norm=args.max_grad_norm,
+        optim=args.optim,
+        seed=args.seed,
+        data_seed=args.seed,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        gradient_checkpointing=args.gradient_checkpointing,
+        use_cpu=device.type == "cpu",
+        logging_steps=1,
+        # transformers replaces a NaN/inf loss in its logs by the window's mean by default: we want to see it
+        logging_nan_inf_filter=False,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+    )
+
+
+def recording_callback(recorder: StepRecorder) -> "transformers.TrainerCallback":
+    """A TrainerCallback that times steps, injects test faults and records the logged loss."""
+    from transformers import TrainerCallback
+
+    class RecordingCallback(TrainerCallback):
+        def on_train_begin(self, *_, **__) -> None:
+            recorder.begin_training()
+
+        def on_step_end(
+            self,
+            _args: "transformers.TrainingArguments",
+            state: "transformers.TrainerState",
+            _control: "transformers.TrainerControl",
+            model: torch.nn.Module | None = None,
+            **__,
+        ) -> None:
+            recorder.end_step()
+            faults.maybe_inject(state.global_step, model)
+
+        def on_log(
+            self,
+            _args: "transformers.TrainingArguments",
+            state: "transformers.TrainerState",
+            _control: "transformers.TrainerControl",
+            logs: dict[str, float] | None = None,
+            **__,
+        ) -> None:
+            if logs and "loss" in logs:
+                recorder.record_loss(state.global_step, float(logs["loss"]))
+
+    return RecordingCallback()
+
+
+def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
+    """`trainer_class` with every micro-batch's tokens counted before it is trained on."""
+
+    class RecordingTrainer(trainer_class):
+        def training_step(
+            self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], *rest, **kwargs
+        ) -> torch.Tensor:
+            recorder.add_batch(inputs.get("attention_mask"), inputs["input_ids"])
+            return super().training_step(model, inputs, *rest, **kwargs)
+
+    return RecordingTrainer

@@ -1,0 +1,84 @@
+"""TRL's SFTTrainer on prompt/completion data (completion-only loss): the blog's setup.
+
+TRL 1.16 computes the loss with its own chunked LM-head log-probabilities, whatever Liger does.
+`criterion: model` (the default) takes the loss from the model's own forward instead, as
+transformers' Trainer and TRL before 1.0 did: the baseline is transformers' cross entropy on the
+full logits and the liger arm Liger's fused linear cross entropy, as in the blog. `criterion: trl`
+keeps TRL's loss for both arms; its liger arm then replaces the layer kernels (RoPE, RMSNorm,
+SwiGLU/GeGLU) only.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.steps import StepRecorder
+from finetune_bench.running.backends.common import load_model, run_details
+from finetune_bench.running.backends.data import check_packing_isolates_examples
+from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
+from finetune_bench.running.liger_patching import loss_path
+from finetune_bench.sources.datasets import load_prompt_completion
+
+TRL_LOSS_PATH = "trl_chunked_lm_head"
+
+
+def train(
+    args: TrainingArgs,
+    dataset_dir: Path,
+    model_dir: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    recorder: StepRecorder,
+    work_dir: Path,
+) -> dict:
+    from transformers import Trainer
+    from trl import SFTConfig, SFTTrainer
+
+    if args.criterion == "trl":
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+        path, trainer_class = TRL_LOSS_PATH, SFTTrainer
+    else:
+        loaded = load_model(args, model_dir, device, dtype)
+        # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
+        # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
+        path = loss_path(loaded.model)
+
+        class ModelLossSFTTrainer(SFTTrainer):
+            def compute_loss(
+                self,
+                model: torch.nn.Module,
+                inputs: dict[str, torch.Tensor | Any],
+                return_outputs: bool = False,
+                num_items_in_batch: torch.Tensor | int | None = None,
+            ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+                inputs["use_cache"] = False
+                return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+        trainer_class = ModelLossSFTTrainer
+    recorder.attach_model(loaded.model)
+    dataset = load_prompt_completion(dataset_dir)
+    if args.packing:
+        check_packing_isolates_examples(loaded.model)
+    config = SFTConfig(
+        **training_arguments(args, device, dtype, work_dir),
+        max_length=args.max_seq_length,
+        packing=args.packing,
+        # Best-fit decreasing (TRL's default, named so a TRL default change cannot alter the benchmark):
+        # whole examples truncated to max_length, packed into rows of at most max_length; TRL then
+        # flattens each batch into one padding-free row with position_ids restarting per example
+        # (`padding_free` is implied) and no attention mask. "wrapped" would cut examples and let them
+        # attend across boundaries.
+        packing_strategy="bfd",
+        dataset_num_proc=None,
+    )
+    trainer = recording_trainer(trainer_class, recorder)(
+        model=loaded.model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=loaded.tokenizer,
+        callbacks=[recording_callback(recorder)],
+    )
+    trainer.train()
+    return run_details(loaded, path)

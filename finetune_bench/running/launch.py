@@ -1,0 +1,197 @@
+"""Run one planned run in a fresh child process, with a timeout, and always return a result.
+
+A fresh process per run is what keeps conditions independent: Liger's patches are module-global,
+and the CUDA allocator and context carry state from one run to the next. A condition's own
+failure (out of memory, a crash, a hang) is its result; this module never raises for it.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.results.record import ERROR, RunResult
+from finetune_bench.results.store import ResultStore, hardware_fingerprint, run_key
+from finetune_bench.running.faults import RUN_ENV
+from finetune_bench.running.triton_cpu import INTERPRETER_ENV
+from finetune_bench.running.worker import ERROR_TAIL_LINES, RESULT_FILE, STEPS_FILE
+
+logger = logging.getLogger(__name__)
+
+LOG_FILE = "child.log"
+# flytekit hands a task its secrets as environment variables with this prefix.
+SECRET_ENV_PREFIX = "_FSEC_"
+# Credentials the training child never needs (W&B logs from the task process, after the child ended).
+CHILD_WITHHELD_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+_OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+_KILL_GRACE_S = 10
+
+
+def _needs_triton_interpreter(run: PlannedRun) -> bool:
+    if not parse_arm(run.training_args.arm).liger:
+        return False
+    if run.training_args.device == "cpu":
+        return True
+    if run.training_args.device == "auto":
+        import torch
+
+        return not torch.cuda.is_available()
+    return False
+
+
+def child_env(run: PlannedRun) -> dict[str, str]:
+    """The child's environment: ours without Flyte's secrets (it reads none), the package importable,
+    the Triton interpreter on a CPU, and which run it is (for the test-only faults)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(SECRET_ENV_PREFIX) and key not in CHILD_WITHHELD_ENV
+    }
+    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if _needs_triton_interpreter(run):
+        env.update(INTERPRETER_ENV)
+    return env
+
+
+def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: Path, timeout_s: float) -> RunResult:
+    """Train `run` in a child process under `work_dir`; classify how it ended (ok/oom/error/timeout).
+    A run refused at planning ends as an error with the refusal as its reason, and launches nothing."""
+    if run.refused:
+        return RunResult(
+            condition_id=run.condition_id,
+            run_number=run.run_number,
+            swept_axes=list(run.swept_axes),
+            training_args=run.training_args,
+            status=ERROR,
+            reason=run.refused,
+        )
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    condition_file = work_dir / "condition.json"
+    condition_file.write_text(json.dumps(dataclasses.asdict(run.training_args), indent=2))
+    command = [
+        sys.executable,
+        "-m",
+        "finetune_bench.running.worker",
+        "--condition",
+        str(condition_file),
+        "--dataset-dir",
+        str(dataset_dir),
+        "--model-dir",
+        str(model_dir),
+        "--out",
+        str(work_dir),
+    ]
+    started = time.monotonic()
+    timed_out = False
+    with open(work_dir / LOG_FILE, "wb") as log:
+        # A session of its own, so that a timeout kills the child's whole process group.
+        child = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=child_env(run), start_new_session=True
+        )
+        try:
+            returncode = child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            returncode = _kill_group(child)
+    wall_time_s = time.monotonic() - started
+    result = _classify(run, work_dir, returncode, timed_out, timeout_s)
+    result.wall_time_s = wall_time_s
+    return result
+
+
+def _kill_group(child: subprocess.Popen) -> int:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return child.wait(timeout=_KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            continue
+    return child.wait()
+
+
+def _log_tail(work_dir: Path) -> str:
+    lines = (work_dir / LOG_FILE).read_text(errors="replace").rstrip().splitlines()
+    return "\n".join(lines[-ERROR_TAIL_LINES:])
+
+
+def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool, timeout_s: float) -> RunResult:
+    steps_file = work_dir / STEPS_FILE
+    result = RunResult(
+        condition_id=run.condition_id,
+        run_number=run.run_number,
+        swept_axes=list(run.swept_axes),
+        training_args=run.training_args,
+        status="error",
+        steps_file=str(steps_file) if steps_file.exists() else "",
+    )
+    record_file = work_dir / RESULT_FILE
+    if record_file.exists() and not timed_out:
+        record = json.loads(record_file.read_text())
+        for name in (
+            "status",
+            "reason",
+            "error_tail",
+            "metrics",
+            "environment",
+            "details",
+            "liger_patches",
+            "loss_path",
+        ):
+            if name in record:
+                setattr(result, name, record[name])
+        if result.status != "ok" and not result.error_tail:
+            result.error_tail = _log_tail(work_dir)
+        return result
+    tail = _log_tail(work_dir)
+    result.error_tail = tail
+    if timed_out:
+        result.status = "timeout"
+        result.reason = f"no result within the {timeout_s:g} s timeout; the child was killed"
+    elif _OOM_PATTERNS.search(tail):
+        result.status = "oom"
+        result.reason = f"out of memory (the child exited with status {returncode} before writing a result)"
+    elif returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = " (the host may have killed it for memory)" if name == "SIGKILL" else ""
+        result.reason = f"the child was killed by {name}{hint}"
+    else:
+        result.reason = f"the child exited with status {returncode} without writing a result"
+    return result
+
+
+def run_or_reuse(
+    run: PlannedRun,
+    store: ResultStore,
+    dataset_dir: Path,
+    model_dir: Path,
+    work_dir: Path,
+    timeout_s: float,
+    force_fresh: bool = False,
+) -> RunResult:
+    """The stored result of `run` (same settings, run number, hardware and measuring code) unless
+    `force_fresh`; else train it in a child process (`run_in_child`) and store the result as soon as it ends."""
+    key = run_key(run, hardware_fingerprint())
+    result = None if force_fresh else store.load(key, Path(work_dir))
+    if result is not None:
+        logger.info("%s run %d: reused the stored result %s", run.condition_id, run.run_number, key)
+        result.reused = True
+        return result
+    result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
+    store.save(key, result)
+    return result

@@ -1,0 +1,78 @@
+"""Switching Liger on for a model instance, and verifying what was actually replaced."""
+
+import inspect
+import sys
+from collections import Counter
+
+import torch
+
+from finetune_bench.inputs.arms import supported_model_types
+
+
+class LigerNotApplied(RuntimeError):
+    """A liger arm on which nothing was patched: reporting it as a baseline would be a lie."""
+
+
+def apply_liger(model: torch.nn.Module, **kernel_flags: bool) -> dict[str, int]:
+    """Apply Liger's kernels to `model` in place and return what was replaced.
+
+    `kernel_flags` go to Liger's `apply_liger_kernel_to_<model_type>` (e.g. rope, rms_norm, swiglu,
+    cross_entropy, fused_linear_cross_entropy). Raises `LigerNotApplied` if the model type is not
+    in Liger's table or if no module ended up patched.
+    """
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in supported_model_types():
+        raise LigerNotApplied(f"Liger has no kernels for model type {model_type!r}")
+    _apply_liger_kernel_to_instance(model=model, **kernel_flags)
+    report = patch_report(model)
+    if not report:
+        raise LigerNotApplied(f"Liger was applied to model type {model_type!r} but no module was replaced")
+    return report
+
+
+def patch_report(model: torch.nn.Module) -> dict[str, int]:
+    """Count the modules whose forward is Liger's, by Liger class; `rope` counts the patched function."""
+    counts: Counter[str] = Counter()
+    model = unwrap_peft(model)  # the patched forward and modeling module are the wrapped model's
+    if (getattr(model.forward, "__module__", "") or "").startswith("liger_kernel"):
+        counts["fused_linear_cross_entropy_forward"] += 1
+    for module in model.modules():
+        owner = getattr(module.forward, "__qualname__", "").split(".")[0]
+        if owner.startswith("Liger"):
+            counts[owner] += 1
+    import torch.nn.functional as F
+
+    # `cross_entropy=True` replaces torch's cross entropy function itself (what transformers' loss calls)
+    if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
+        counts["cross_entropy"] += 1
+    modeling = sys.modules.get(type(model).__module__)
+    rope = getattr(modeling, "apply_rotary_pos_emb", None)
+    if rope is not None and "liger" in (inspect.getmodule(rope).__name__ if inspect.getmodule(rope) else ""):
+        counts["rope"] += 1
+    return dict(counts)
+
+
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a peft wrapper (PeftModel → LoraModel → the model); any other
+    model as it is. Matched by the method peft's wrapper has, so this module does not import peft."""
+    get_base_model = getattr(type(model), "get_base_model", None)
+    return model.get_base_model() if callable(get_base_model) else model
+
+
+def loss_path(model: torch.nn.Module) -> str:
+    """Which loss a causal LM's own forward computes: Liger's fused linear cross entropy (no logits
+    materialized) when Liger replaced the forward, else transformers' cross entropy on the logits
+    (which Liger's `cross_entropy=True` may have swapped for its own kernel).
+
+    A peft model (LoRA) is looked through: its own forward is peft's, which calls the wrapped
+    transformers model's forward, the one Liger patched."""
+    forward_module = getattr(unwrap_peft(model).forward, "__module__", "") or ""
+    if forward_module.startswith("liger_kernel"):
+        return "liger_fused_linear_cross_entropy"
+    import torch.nn.functional as F
+
+    if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
+        return "liger_cross_entropy"
+    return "hf_cross_entropy"

@@ -1,0 +1,132 @@
+"""Datasets: generated offline, a local file or directory, or a hub id; saved with their format recorded,
+and loaded back as prompt/completion pairs."""
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from finetune_bench.inputs.catalog import (
+    SYNTHETIC_FORMATS,
+    SYNTHETIC_LENGTH_DISTRIBUTIONS,
+    SYNTHETIC_PREFIX,
+    default_config,
+)
+from finetune_bench.sources import formats
+from finetune_bench.sources.cache import build_into, cache_root, slug
+from finetune_bench.sources.synthetic import generate_alpaca_records
+
+if TYPE_CHECKING:
+    import datasets
+
+# What a prepared dataset directory records about its source (its format above all).
+SOURCE_FILE = "source.json"
+
+
+def prepare_dataset(
+    dataset_name: str,
+    split: str = "train",
+    synthetic_num_examples: int = 256,
+    synthetic_min_words: int = 8,
+    synthetic_max_words: int = 48,
+    hf_token: str | None = None,
+    root: Path | None = None,
+    config: str = "",
+    synthetic_length_distribution: str = "uniform",
+) -> Path:
+    """Make `dataset_name` available as a `datasets.save_to_disk` directory and return it.
+
+    - `synthetic:alpaca`: generated alpaca-format records (offline), response lengths drawn from
+      `synthetic_length_distribution`.
+    - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file.
+    - anything else: a hub id, fetched with `datasets.load_dataset(dataset_name, config, split=split)`;
+      `config` empty means the registry's default for a dataset it knows (gsm8k: "main"), else none.
+
+    The directory records the dataset's format (`SOURCE_FILE`), found by hub id or by columns: a
+    dataset in no known format fails here, before any training.
+    """
+    import datasets
+
+    root = root or cache_root() / "datasets"
+    if dataset_name.startswith(SYNTHETIC_PREFIX):
+        fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
+        if fmt not in SYNTHETIC_FORMATS:
+            raise ValueError(f"unknown synthetic dataset {dataset_name!r}; known: {list(SYNTHETIC_FORMATS)}")
+        if synthetic_length_distribution not in SYNTHETIC_LENGTH_DISTRIBUTIONS:
+            raise ValueError(
+                f"unknown synthetic_length_distribution {synthetic_length_distribution!r}; "
+                f"known: {list(SYNTHETIC_LENGTH_DISTRIBUTIONS)}"
+            )
+        params = {
+            "n": synthetic_num_examples,
+            "min": synthetic_min_words,
+            "max": synthetic_max_words,
+            "lengths": synthetic_length_distribution,
+        }
+
+        def generate(d: Path) -> None:
+            records = generate_alpaca_records(
+                synthetic_num_examples,
+                synthetic_min_words,
+                synthetic_max_words,
+                length_distribution=synthetic_length_distribution,
+            )
+            _save(datasets.Dataset.from_list(records), d, dataset_name, {"split": "generated", **params})
+
+        return build_into(root / slug(dataset_name, params), generate)
+
+    local = Path(dataset_name).expanduser()
+    if local.exists():
+
+        def load_local(d: Path) -> None:
+            if local.is_dir():
+                loaded = datasets.load_from_disk(str(local))
+                if isinstance(loaded, datasets.DatasetDict):
+                    loaded = loaded[split]
+            else:
+                builder = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}.get(local.suffix)
+                if builder is None:
+                    raise ValueError(f"dataset_name {dataset_name!r}: unsupported file type {local.suffix!r}")
+                loaded = datasets.load_dataset(builder, data_files=str(local), split="train")
+            _save(loaded, d, str(local.resolve()), {"split": split})
+
+        return build_into(root / slug(str(local.resolve()), {"split": split}), load_local)
+
+    hub_config = default_config(dataset_name, config)
+    # Without a config the slug is the one earlier versions wrote: their downloads stay valid.
+    params = {"split": split, "config": hub_config} if hub_config else {"split": split}
+
+    def fetch(d: Path) -> None:
+        loaded = datasets.load_dataset(dataset_name, hub_config, split=split, token=hf_token)
+        _save(loaded, d, dataset_name, params)
+
+    return build_into(root / slug(dataset_name, params), fetch)
+
+
+def _save(dataset: "datasets.Dataset", dest: Path, dataset_name: str, params: dict) -> None:
+    """Save the rows and the source's description, its format included (an unknown format fails here)."""
+    fmt = formats.detect_format(dataset.column_names, dataset_name)
+    dataset.save_to_disk(str(dest / "data"))
+    (dest / SOURCE_FILE).write_text(json.dumps({"dataset_name": dataset_name, "format": fmt.name, **params}, indent=2))
+
+
+def dataset_format(dataset_dir: Path, columns: Iterable[str]) -> formats.DatasetFormat:
+    """The format recorded when the dataset was prepared; found from the columns for a directory
+    prepared before formats were recorded."""
+    source = Path(dataset_dir) / SOURCE_FILE
+    if source.is_file():
+        return formats.FORMATS[json.loads(source.read_text())["format"]]
+    return formats.detect_format(columns)
+
+
+def load_prompt_completion(dataset_dir: Path) -> "datasets.Dataset":
+    """Load a prepared dataset in TRL's prompt/completion (or plain text) format, converted by its
+    format's formatter (`finetune_bench.sources.formats`)."""
+    import datasets
+
+    ds = datasets.load_from_disk(str(Path(dataset_dir) / "data"))
+    try:
+        fmt = dataset_format(dataset_dir, ds.column_names)
+        return formats.to_prompt_completion(ds, fmt)
+    except ValueError as exc:
+        raise ValueError(f"dataset at {dataset_dir}: {exc}") from None

@@ -1,0 +1,66 @@
+"""Models: a bundled architecture built at random (no download), a local directory, or a hub id."""
+
+import json
+from pathlib import Path
+
+from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config
+from finetune_bench.sources.cache import build_into, cache_root, slug
+from finetune_bench.sources.synthetic import train_offline_tokenizer
+
+RANDOM_INIT_MARKER = "random_init.json"
+# Kept small: the embedding and LM head keep the architecture's full vocab size, so the model's
+# cost is unchanged; the tokenizer only needs to cover the generated text.
+OFFLINE_TOKENIZER_VOCAB = 8192
+
+
+def prepare_model(model_name: str, hf_token: str | None = None, root: Path | None = None) -> Path:
+    """Make `model_name` available as a local directory and return it.
+
+    - `random:<architecture>`: a config and an offline tokenizer; weights are initialised at
+      random (seeded) when a run loads it, so nothing large is written.
+    - an existing local directory: used in place.
+    - anything else: a hub id, fetched with `huggingface_hub.snapshot_download`.
+    """
+    root = root or cache_root() / "models"
+    if model_name.startswith(RANDOM_PREFIX):
+        arch = model_name.removeprefix(RANDOM_PREFIX)
+        config_dict = architecture_config(arch)
+        return build_into(root / slug(model_name, config_dict), lambda d: _write_random_model(d, arch, config_dict))
+    local = Path(model_name).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise ValueError(f"model_name {model_name!r} is a local path without a config.json")
+        return local.resolve()
+    from huggingface_hub import snapshot_download
+
+    def fetch(d: Path) -> None:
+        snapshot_download(
+            repo_id=model_name,
+            local_dir=d,
+            token=hf_token,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"],
+        )
+
+    return build_into(root / slug(model_name, {}), fetch)
+
+
+def _write_random_model(dest: Path, arch: str, config_dict: dict) -> None:
+    from transformers import AutoConfig
+
+    tokenizer = train_offline_tokenizer(min(OFFLINE_TOKENIZER_VOCAB, config_dict["vocab_size"]))
+    params = {k: v for k, v in config_dict.items() if k not in ("model_type", "_name_or_path")}
+    config = AutoConfig.for_model(config_dict["model_type"], **params)
+    # The model's ids for special tokens must be the tokenizer's.
+    config.bos_token_id = tokenizer.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    config.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    (dest / RANDOM_INIT_MARKER).write_text(
+        json.dumps({"architecture": arch, "stands_for": config_dict["_name_or_path"]})
+    )
+
+
+def is_random_init(model_dir: Path) -> bool:
+    """Whether `model_dir` holds a random-init model built from a bundled architecture."""
+    return (Path(model_dir) / RANDOM_INIT_MARKER).is_file()

@@ -1,0 +1,52 @@
+"""Every file in tests/inputs/bad_inputs/ is refused by `pyflyte run` before anything is downloaded or trained,
+with a message that names the offending key (the file's `# expect:` line is a regex of that message)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD_INPUTS = sorted((Path(__file__).parent / "bad_inputs").glob("*.yaml"))
+
+
+def expected_message(path: Path) -> str:
+    first_line = path.read_text().splitlines()[0]
+    assert first_line.startswith("# expect: "), f"{path.name} has no '# expect:' line"
+    return first_line.removeprefix("# expect: ")
+
+
+def test_the_corpus_is_large_enough():
+    assert len(BAD_INPUTS) >= 30
+
+
+@pytest.fixture(scope="module")
+def pyflyte_run(tmp_path_factory):
+    """`pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file F`, in this process."""
+    from click.testing import CliRunner
+    from flytekit.clis.sdk_in_container.pyflyte import main
+
+    runner = CliRunner()
+    downloads = tmp_path_factory.mktemp("downloads")
+
+    def run(inputs_file: Path):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(ROOT)
+            # Anything that got as far as a download would write here.
+            patch.setenv("FINETUNE_BENCH_CACHE_DIR", str(downloads))
+            result = runner.invoke(
+                main, ["run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(inputs_file)]
+            )
+        return result, downloads
+
+    return run
+
+
+@pytest.mark.parametrize("inputs_file", BAD_INPUTS, ids=[p.stem for p in BAD_INPUTS])
+def test_bad_inputs_are_refused_naming_the_key(inputs_file, pyflyte_run):
+    result, downloads = pyflyte_run(inputs_file)
+    assert result.exit_code != 0, result.output
+    # Rich boxes wrap long messages over lines between │ borders: compare the words alone.
+    text = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output + str(result.exception or ""))
+    assert re.search(expected_message(inputs_file), text), text[-1500:]
+    assert not any(downloads.iterdir()), "something was downloaded or generated before the inputs were refused"

@@ -1,0 +1,219 @@
+"""The smoke workflow end to end (the embedded default), the download cache, and serialization."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from tests.workflows import browser
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke_outputs(tmp_path_factory):
+    """Run the workflow's embedded default the way a user does, through `pyflyte run`."""
+    export = tmp_path_factory.mktemp("export")
+    env = dict(
+        os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export), FLYTECTL_CONFIG=str(PROJECT_ROOT / "flyte-local.yaml")
+    )
+    pyflyte = Path(sys.executable).parent / "pyflyte"
+    completed = subprocess.run(
+        [str(pyflyte), "run", "workflows/benchmark.py", "benchmarking_experiment"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    results = pd.read_csv(export / "results.csv")
+    steps = pd.read_csv(export / "steps.csv")
+    return results, steps, export / "report.html", export
+
+
+def test_smoke_yaml_is_the_embedded_default():
+    inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / "smoke.yaml").read_text())
+    assert ExperimentArgs(**inputs["experiment_args"]) == smoke_experiment()
+    assert TrainingArgs(**inputs["training_args"]) == TrainingArgs()
+    assert inputs["n_runs"] == 1
+
+
+def test_smoke_workflow_runs_both_arms(smoke_outputs):
+    results, _, _, _ = smoke_outputs
+    experiment = smoke_experiment()
+    assert len(results) == len(experiment.arm) * len(experiment.per_device_train_batch_size)
+    assert results["condition_id"].is_unique
+    assert set(results["status"]) == {"ok"}, results[["condition_id", "reason", "error_tail"]].to_string()
+    assert set(results["arm"]) == {"liger", "baseline"}
+    assert set(results["per_device_train_batch_size"]) == set(experiment.per_device_train_batch_size)
+    assert (results["tokens_per_second"] > 0).all()
+    assert (results["device"] == "cpu").all()
+    liger = results[results["arm"] == "liger"]
+    assert liger["liger_patches"].str.contains("LigerRMSNorm").all()
+    assert results.loc[results["arm"] == "baseline", "liger_patches"].isna().all()
+
+
+def test_smoke_arms_agree_on_the_loss(smoke_outputs):
+    results, _, _, _ = smoke_outputs
+    pairs = results.pivot(index="per_device_train_batch_size", columns="arm", values="final_loss")
+    pd.testing.assert_series_equal(pairs["liger"], pairs["baseline"], check_names=False, rtol=1e-4)
+
+
+def test_smoke_steps_belong_to_their_run(smoke_outputs):
+    _, steps, _, _ = smoke_outputs
+    args = TrainingArgs()
+    per_run = steps.groupby("condition_id")
+    assert per_run.ngroups == 4
+    for _, frame in per_run:
+        assert len(frame) == args.max_steps
+        batch = frame["per_device_train_batch_size"].iloc[0]
+        assert (frame["padded_tokens"] == batch * args.max_seq_length).all()
+
+
+def test_smoke_report(smoke_outputs):
+    _, _, report, _ = smoke_outputs
+    text = report.read_text()
+    # throughput, memory (host RSS on a CPU), speedup heatmap, loss curves, step times; no MFU on a CPU
+    assert text.count("data:image/png;base64,") == 5
+    assert "These runs happened on a CPU" in text
+    assert "liger vs baseline: throughput ×" in text and "over 2 condition(s)" in text
+
+
+def test_smoke_outputs_as_parquet_and_csv(smoke_outputs):
+    results, steps, _, export = smoke_outputs
+    for name, frame in (("results", results), ("steps", steps)):
+        parquet = pd.read_parquet(export / f"{name}.parquet")
+        assert list(parquet.columns) == list(frame.columns) and len(parquet) == len(frame)
+    assert parquet["loss"].tolist() == pytest.approx(steps["loss"].tolist())
+
+
+# Figures the smoke report must show, each rendered by a real browser.
+SMOKE_FIGURES = {
+    "throughput by batch size",
+    "peak memory by batch size",
+    "throughput ratio heatmap",
+    "loss curves",
+    "step time distribution",
+}
+
+
+@pytest.mark.skipif(
+    browser.CHROMIUM is None and not os.environ.get("CI"), reason="needs Debian's chromium (apt-get install chromium)"
+)
+def test_the_report_renders_in_a_real_browser(smoke_outputs, tmp_path):
+    """Headless Chromium opens the smoke run's HTML report and its Flyte Deck: every figure decodes to a
+    non-blank image of a sensible size, no script error, and a screenshot shows the page."""
+    _, _, report, _ = smoke_outputs
+    shots = Path(os.environ.get("FINETUNE_BENCH_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page = browser.inspect_page(report, tmp_path)
+    assert page["errors"] == []
+    images = page["images"]
+    assert len(images) == report.read_text().count("<img ")
+    assert SMOKE_FIGURES <= {image["alt"] for image in images}
+    for image in images:
+        assert image["complete"] and "error" not in image, image
+        assert image["natural_width"] >= 400 and image["natural_height"] >= 200, image
+        assert image["shown_width"] > 0, image  # laid out on the page, not collapsed
+        assert image["distinct_colours"] >= 20 and image["ink_fraction"] > 0.01, image  # not blank
+    screenshot = browser.screenshot(report, shots / "report.png")
+    from PIL import Image
+
+    with Image.open(screenshot) as picture:
+        assert picture.size[0] == 1400
+        colours = picture.convert("RGB").resize((140, 900)).getcolors(maxcolors=1 << 16)
+        assert colours is not None and len(colours) > 50  # text, tables and figures, not a blank page
+
+    # The Deck the Flyte UI shows: flytekit's page with one tab per section, written into the run's sandbox.
+    decks = [p for p in Path(tempfile.gettempdir()).rglob("deck.html") if "Step times" in p.read_text()]
+    assert decks, "the analysis task wrote no Deck"
+    deck = max(decks, key=lambda p: p.stat().st_mtime)
+    for name in ("Summary", "Throughput", "Memory", "Speedup", "Loss curves", "Step times", "Conditions"):
+        assert f">{name}<" in deck.read_text()
+    page = browser.inspect_page(deck, tmp_path)
+    assert page["errors"] == []
+    assert SMOKE_FIGURES <= {image["alt"] for image in page["images"]}
+    for image in page["images"]:  # tabs other than the first are hidden: decoded, not laid out
+        assert image["complete"] and image["natural_width"] >= 400 and image["distinct_colours"] >= 20, image
+    browser.screenshot(deck, shots / "deck.png", height=2000)
+
+
+def test_cached_download_survives_the_sandbox(tmp_path):
+    from tasks import data
+
+    calls = []
+    real = data.prepare_model
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    with mock.patch.object(data, "prepare_model", counting):
+        first = data.download_model(model_name="random:tiny-mistral")
+        second = data.download_model(model_name="random:tiny-mistral")
+    assert len(calls) == 1, "the second call should be served by the local cache"
+    assert Path(first.path) == Path(second.path)
+    # What the first run left in its sandbox is gone; the cached path must still hold the model.
+    for sandbox in Path(os.environ["TMPDIR"]).glob("flyte*"):
+        shutil.rmtree(sandbox, ignore_errors=True)
+    assert (Path(second.path) / "config.json").is_file()
+
+
+def test_package_serializes_every_workflow_without_docker(tmp_path, monkeypatch):
+    from flytekit.clis.sdk_in_container import pyflyte
+
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv("FLYTECTL_CONFIG", str(PROJECT_ROOT / "flyte-local.yaml"))
+    out = tmp_path / "package.tgz"
+    with mock.patch("flytekit.image_spec.image_spec.ImageBuildEngine.build"):
+        result = CliRunner().invoke(
+            pyflyte.main,
+            ["--pkgs", "workflows", "package", "--image", "ghcr.io/example/finetune-bench:test", "-f", "-o", str(out)],
+        )
+    assert result.exit_code == 0, result.output
+    assert "workflows.benchmark.benchmarking_experiment" in result.output
+    assert "tasks.train.train_condition" in result.output
+    assert out.stat().st_size > 0
+
+
+def test_dynamic_body_compiles_to_a_map_over_every_run():
+    from flytekit.configuration import ImageConfig, SerializationSettings
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.types.directory import FlyteDirectory
+
+    from finetune_bench.inputs.plan import plan_runs
+    from workflows.benchmark import run_benchmark
+
+    planned = plan_runs(smoke_experiment(), TrainingArgs(), 2)
+    settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
+    ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
+    with FlyteContextManager.with_context(ctx) as ctx:
+        spec = run_benchmark.compile_into_workflow(
+            ctx,
+            run_benchmark._task_function,
+            planned=planned,
+            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+            model_dir=FlyteDirectory("s3://bucket/model"),
+            concurrency=3,
+            min_success_ratio=0.25,
+            condition_timeout_s=60,
+            results_store="s3://bucket/results",
+            force_fresh=False,
+        )
+    (node,) = spec.nodes
+    array = node.array_node.to_flyte_idl()
+    assert array.parallelism == 3
+    assert array.min_success_ratio == pytest.approx(0.25)
+    bound = {"dataset_dir", "model_dir", "condition_timeout_s", "results_store", "force_fresh"}
+    assert set(array.bound_inputs) == bound
+    assert [t.id.name for t in spec.tasks][0].startswith("tasks.train.map_train_condition")
