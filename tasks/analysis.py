@@ -1,19 +1,22 @@
 """The analysis task: result records → results table, per-step table, Deck and HTML report."""
 
+import dataclasses
+import json
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 from flytekit import Deck, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.reporting.benchmark_report import build_report
+from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import RunResult
 from images import analysis_image
@@ -35,10 +38,15 @@ def unpack(outputs: list[TrainOutput | None]) -> tuple[list[RunResult | None], d
 
 
 def publish(
-    report: Report, file_name: str, tables: dict[str, pd.DataFrame], title: str | None = None
-) -> tuple[FlyteFile, FlyteDirectory]:
-    """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet) in
-    one directory, copied to the export directory when one is set. Returns the HTML file and the directory."""
+    report: Report,
+    file_name: str,
+    tables: dict[str, pd.DataFrame],
+    records: dict[str, dict],
+    title: str | None = None,
+) -> tuple[FlyteFile, FlyteDirectory, list[str]]:
+    """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet) and
+    `records` (each as JSON) in one directory, copied to the export directory when one is set. Returns the
+    HTML file, the directory, and the problems of the export (a failed copy is one: the outputs stay in Flyte)."""
     for name, content in report.sections.items():
         Deck(name, content)
     out_dir = Path(tempfile.mkdtemp(prefix="outputs-", dir=current_context().working_directory))
@@ -47,22 +55,60 @@ def publish(
     for name, table in tables.items():
         table.to_csv(out_dir / f"{name}.csv", index=False)
         table.to_parquet(out_dir / f"{name}.parquet", index=False)
+    for name, record in records.items():
+        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+    problems = []
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
-        shutil.copytree(out_dir, export, dirs_exist_ok=True)
-        logger.info("outputs exported to %s", export)
-    return FlyteFile(str(report_path)), FlyteDirectory(str(out_dir))
+        try:
+            shutil.copytree(out_dir, export, dirs_exist_ok=True)
+            logger.info("outputs exported to %s", export)
+        except OSError as exc:
+            logger.error("the outputs could not be exported to %s: %s", export, exc)
+            problems.append(f"export: the outputs could not be copied to {export} ({type(exc).__name__}: {exc})")
+    return FlyteFile(str(report_path)), FlyteDirectory(str(out_dir)), problems
+
+
+def provenance(analysis: GridAnalysis, planned: list[PlannedRun]) -> dict:
+    """Where and from what the tables came: the environment of the runs (GPU, driver, CUDA, versions, the
+    lockfile's hash) and every condition's resolved settings, so that a table sent alone still says it."""
+    conditions = {run.condition_id: dataclasses.asdict(run.training_args) for run in planned}
+    return {"environment": analysis.environment, "swept_axes": analysis.swept, "conditions": conditions}
+
+
+class AnalysisOutputs(NamedTuple):
+    results: pd.DataFrame
+    steps: pd.DataFrame
+    report: FlyteFile
+    files: FlyteDirectory
+    # What left a measured run unstored, unlogged or unexported; `require_nothing_lost` fails the workflow on it.
+    problems: list[str]
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
-def analyze_results(
-    planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float
-) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
-    """Results table (one row per run), per-step table, the HTML report (the Deck shows it), and a directory
-    with all three as files: report.html, results.parquet / .csv, steps.parquet / .csv."""
+def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float) -> AnalysisOutputs:
+    """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
+    them as files (report.html, results.parquet / .csv, steps.parquet / .csv, environment.json), and the
+    problems that left a measured run unstored, unlogged or unexported."""
     analysis = analyze_grid(planned, *unpack(outputs))
-    report = build_report(
-        analysis.table, analysis.swept, analysis.environment, analysis.steps, analysis.parity, alpha=alpha
+    report = grid_report(analysis, alpha=alpha)
+    tables = {"results": analysis.table, "steps": analysis.steps}
+    report_file, files, export_problems = publish(
+        report, "report.html", tables, {"environment": provenance(analysis, planned)}
     )
-    report_file, files = publish(report, "report.html", {"results": analysis.table, "steps": analysis.steps})
-    return analysis.table, analysis.steps, report_file, files
+    return AnalysisOutputs(analysis.table, analysis.steps, report_file, files, analysis.problems + export_problems)
+
+
+class NothingKept(RuntimeError):
+    """Measured runs were not stored, logged or exported: the workflow fails, naming each, after its outputs
+    and report were written."""
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+def require_nothing_lost(problems: list[str]) -> None:
+    """Fail (a non-zero exit, a failed execution) when anything measured was not stored, logged or exported."""
+    if problems:
+        raise NothingKept(
+            f"{len(problems)} problem(s) kept measured results from being stored, logged or exported (the "
+            "report and the tables were written and show them):\n" + "\n".join(f"- {p}" for p in problems)
+        )

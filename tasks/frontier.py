@@ -28,7 +28,7 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from images import analysis_image, training_image
-from tasks.analysis import publish, unpack
+from tasks.analysis import provenance, publish, unpack
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -85,17 +85,29 @@ class FrontierOutputs(NamedTuple):
     report: FlyteFile
 
 
+class FrontierReport(NamedTuple):
+    frontiers: pd.DataFrame
+    probes: pd.DataFrame
+    throughput: pd.DataFrame
+    report: FlyteFile
+    # What left a measured throughput run unstored, unlogged or unexported (see `require_nothing_lost`).
+    problems: list[str]
+
+
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
 def report_frontier(
     searches: list[FrontierSearch],
     results: list[FrontierResult | None],
     planned: list[PlannedRun],
     outputs: list[TrainOutput | None],
-) -> FrontierOutputs:
-    """Frontier table (one row per search), probe table, throughput table and the HTML report (also the Deck)."""
+) -> FrontierReport:
+    """Frontier table (one row per search), probe table, throughput table, the HTML report (also the Deck),
+    and the problems that left a measured throughput run unstored, unlogged or unexported."""
     throughput = analyze_grid(planned, *unpack(outputs))
     report = build_frontier_report(searches, results, throughput)
     frontiers, probes = frontier_table(searches, results), probes_table(results)
     tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput.table}
-    report_file, _ = publish(report, "frontier_report.html", tables, title="Memory frontier")
-    return FrontierOutputs(frontiers, probes, throughput.table, report_file)
+    environment = next((r.environment for r in results if r is not None and r.environment), {})
+    records = {"environment": {**provenance(throughput, planned), "environment": environment or throughput.environment}}
+    report_file, _, export_problems = publish(report, "frontier_report.html", tables, records, title="Memory frontier")
+    return FrontierReport(frontiers, probes, throughput.table, report_file, throughput.problems + export_problems)

@@ -114,7 +114,8 @@ def with_wandb_link(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
-    """Log one run to W&B. A failure there is a warning: the measured result is never lost to it."""
+    """Log one run to W&B. A failure there never loses the measured result: it is added to the run's
+    `problems` (the grid then ends with a failing status naming it)."""
     api_key, base_url = tracking.current_credentials()
     mode = tracking.resolve_mode(api_key, local=not _is_remote())
     if mode == "disabled":
@@ -139,6 +140,7 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
         message = tracking.redact(f"{type(error).__name__}: {error}", tracking.secret_values((api_key,)))
         run = f"{result.condition_id}#{result.run_number}"
         logger.warning("W&B logging failed for %s (the run's result is kept): %s", run, message)
+        result.problems.append(f"W&B: the run was not logged ({message})")
         return None
     finally:
         tracking.finish_open_runs()

@@ -14,7 +14,7 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
 from images import analysis_image
-from tasks.analysis import analyze_results
+from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import download_sources
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
@@ -85,4 +85,7 @@ def benchmarking_experiment(
         results_store=results_store,
         force_fresh=force_fresh,
     )
-    return analyze_results(planned=planned, outputs=outputs, alpha=alpha)
+    results, steps, report, files, problems = analyze_results(planned=planned, outputs=outputs, alpha=alpha)
+    # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
+    require_nothing_lost(problems=problems)
+    return results, steps, report, files

@@ -20,6 +20,7 @@ from finetune_bench.frontier.settings import (
 )
 from finetune_bench.inputs.settings import TrainingArgs
 from images import analysis_image
+from tasks.analysis import require_nothing_lost
 from tasks.data import download_sources
 from tasks.frontier import (
     FrontierOutputs,
@@ -107,4 +108,9 @@ def memory_frontier(
         results_store=results_store,
         force_fresh=force_fresh,
     )
-    return report_frontier(searches=searches, results=results, planned=planned, outputs=outputs)
+    frontiers, probe_table, throughput, report, problems = report_frontier(
+        searches=searches, results=results, planned=planned, outputs=outputs
+    )
+    # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
+    require_nothing_lost(problems=problems)
+    return frontiers, probe_table, throughput, report

@@ -14,13 +14,15 @@ from finetune_bench.results.record import OK, RunResult
 @dataclass
 class GridAnalysis:
     """The results table (one row per run, each with its loss-parity verdict), the per-step table, the
-    loss-parity table, the swept axes, and the environment of the first run that ended ok."""
+    loss-parity table, the swept axes, the environment of the first run that ended ok, and every problem that
+    left a measured run unstored or unlogged (`<condition_id>#<run_number>: <problem>`)."""
 
     table: pd.DataFrame
     steps: pd.DataFrame
     parity: pd.DataFrame
     swept: list[str]
     environment: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
 
 def analyze_grid(
@@ -33,4 +35,7 @@ def analyze_grid(
     parity = loss_parity(steps, swept)
     table = with_loss_parity(results_table(planned, results), parity) if planned else pd.DataFrame()
     environment = next((r.environment for r in results if r is not None and r.status == OK), {})
-    return GridAnalysis(table=table, steps=steps, parity=parity, swept=swept, environment=dict(environment))
+    problems = [f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems]
+    return GridAnalysis(
+        table=table, steps=steps, parity=parity, swept=swept, environment=dict(environment), problems=problems
+    )

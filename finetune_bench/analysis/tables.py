@@ -62,6 +62,7 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             liger_patches=json.dumps(result.liger_patches, sort_keys=True) if result.liger_patches else "",
             wall_time_s=result.wall_time_s,
             reused=result.reused,
+            problems="; ".join(result.problems),
             error_tail=result.error_tail,
         )
         rows.append(row)

@@ -7,13 +7,16 @@ time is the wall time from the end of the previous step to the end of this one (
 forward, backward, optimizer and logging included).
 """
 
+import csv
 import gc
 import logging
 import math
+import os
 import resource
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -85,6 +88,9 @@ class GcTimer:
 class StepRecorder:
     device: torch.device
     warmup_steps: int
+    # Where the per-step table is kept as steps finish (rewritten atomically after every step), so that a run
+    # killed part-way (timeout, SIGKILL, a crash) still has the steps it finished; None: kept in memory only.
+    steps_file: Path | None = None
     steps: list[StepRecord] = field(default_factory=list)
     memory_before_training: dict[str, int] = field(default_factory=dict)
     _last_end: float | None = None
@@ -187,7 +193,10 @@ class StepRecorder:
         )
         self._tokens = self._padded = 0
         self._flops = 0.0
-        self._last_end = now
+        if self.steps_file is not None:
+            self.write_steps(self.steps_file)
+        # The next step's clock starts after the bookkeeping: writing the table is not training time.
+        self._last_end = time.perf_counter() if self.steps_file is not None else now
 
     def end_training(self) -> None:
         """Stop background sampling (call once, whatever way training ended)."""
@@ -204,7 +213,18 @@ class StepRecorder:
             raise NonFiniteLoss(f"the loss is {loss} at step {step}")
 
     def step_rows(self) -> list[dict]:
+        """Every finished step as a row of `STEP_COLUMNS`."""
         return [{name: getattr(s, name) for name in STEP_COLUMNS} for s in self.steps]
+
+    def write_steps(self, path: Path) -> None:
+        """Write the per-step table (CSV, `STEP_COLUMNS`) to `path` atomically: a reader sees the old table
+        or the new one, never a partial row."""
+        partial = path.with_name(path.name + ".partial")
+        with open(partial, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(STEP_COLUMNS))
+            writer.writeheader()
+            writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in self.step_rows())
+        os.replace(partial, path)
 
     def summary(self, gpu_name: str = "") -> dict[str, float]:
         """Headline metrics over the measured (non-warm-up) steps; warm-up reported apart."""

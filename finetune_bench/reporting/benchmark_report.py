@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.parity import DIVERGED, parity_summary  # noqa: E402
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
@@ -311,9 +312,11 @@ def build_report(
     parity: pd.DataFrame | None = None,
     experiment_name: str = "",
     alpha: float = 0.05,
+    problems: list[str] | None = None,
 ) -> Report:
     """The report from the results table (one row per run), the per-step table and the loss-parity table
-    (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict)."""
+    (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
+    left a measured run unstored or unlogged, shown first."""
     summary = condition_summary(table, swept)
     parity = parity if parity is not None else pd.DataFrame()
     comparison = arms_vs_baseline(summary, swept)
@@ -325,6 +328,13 @@ def build_report(
     overview = []
     if ran_on_cpu(table):
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
+    if problems:
+        items = "".join(f"<li>{html.escape(problem)}</li>" for problem in problems)
+        overview.append(
+            '<div class="warning"><b>Not everything was kept.</b> These runs were measured and are in this '
+            f"report, but what follows went wrong around them (the workflow ends with a failing status):<ul>{items}"
+            "</ul></div>"
+        )
     counts = table["status"].value_counts()
     overview.append(
         "<p>"
@@ -437,3 +447,11 @@ def build_report(
     run_columns = [c for c in table.columns if c not in ("error_tail", "reused")]
     sections["Runs"] = table_html(table[run_columns])
     return Report(sections=sections)
+
+
+def grid_report(analysis: GridAnalysis, alpha: float = 0.05, experiment_name: str = "") -> Report:
+    """The report of a whole grid's analysis."""
+    a = analysis
+    return build_report(
+        a.table, a.swept, a.environment, a.steps, a.parity, experiment_name, alpha=alpha, problems=a.problems
+    )

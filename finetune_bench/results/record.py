@@ -37,3 +37,6 @@ class RunResult:
     steps_file: str = ""
     # True when the result was taken from the results store instead of being measured again.
     reused: bool = False
+    # What went wrong around the run without changing what it measured (the results store could not keep it,
+    # W&B could not log it): the run stays in the results, and the grid ends with a failing status naming each.
+    problems: list[str] = field(default_factory=list)

@@ -1,37 +1,76 @@
 """Finished runs, kept so that a re-run of the same grid does not measure them again.
 
-A run's key is a hash of everything that decides its outcome: its full training settings, its run
-number, the hardware it runs on and this package's measuring code (any change to it measures afresh;
-see `MEASURING_CODE`).
-The store is a directory (local, or any fsspec URL such as `s3://bucket/prefix` on a cluster) with
-one folder per key holding the result record and the per-step table. Only outcomes of the settings
-themselves are kept (`ok`, `oom`, `nonfinite`); an `error` or a `timeout` may be the machine's
-fault and runs again.
+A run's key is a hash of everything that decides its outcome: its full training settings, its run number,
+the hardware it runs on (GPU model and driver), the versions of the software that changes the numbers
+(`software_versions`) and this package's measuring code (any change to either measures afresh).
+The store is a directory (local, or any fsspec URL such as `s3://bucket/prefix` on a cluster) with one
+folder per key: the result record, the per-step table, and a manifest with both files' checksums, written
+last. Every file is written under a temporary name and moved into place, so an entry is either complete
+(its manifest lists files that match it) or ignored; an entry whose files do not match its manifest
+(edited, cut short) is `CorruptEntry`, reported and measured again. Only outcomes of the settings
+themselves are kept (`ok`, `oom`, `nonfinite`); an `error` or a `timeout` may be the machine's fault and
+runs again.
 """
 
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
+import uuid
 from pathlib import Path
 
 import fsspec
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.gpu import gpu_names
+from finetune_bench.measuring.gpu import driver_version, gpu_names
 from finetune_bench.results.record import NONFINITE, OK, OOM, RunResult
 
 logger = logging.getLogger(__name__)
 
 REUSABLE_STATUSES = (OK, OOM, NONFINITE)
-RESULT_NAME, STEPS_NAME = "result.json", "steps.csv"
+RESULT_NAME, STEPS_NAME, MANIFEST_NAME = "result.json", "steps.csv", "manifest.json"
+# The packages whose versions change what a run measures; with them every CUDA runtime package.
+NUMBER_CHANGING_PACKAGES = (
+    "torch",
+    "triton",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "liger-kernel",
+    "datasets",
+    "tokenizers",
+    "bitsandbytes",
+)
+
+
+class StoreError(RuntimeError):
+    """The results store could not be read or written; the message says which entry and why."""
+
+
+class CorruptEntry(StoreError):
+    """A store entry whose files do not match its manifest (edited or cut short): never reused."""
 
 
 def hardware_fingerprint() -> str:
-    """The GPUs this process may use, by name (through NVML: no CUDA context is created), or `cpu`."""
-    return ",".join(sorted(set(gpu_names()))) or "cpu"
+    """The GPUs this process may use, by name, and their driver (through NVML: no CUDA context is
+    created), or `cpu`."""
+    names = sorted(set(gpu_names()))
+    return f"{','.join(names)} driver {driver_version()}" if names else "cpu"
+
+
+@functools.cache
+def software_versions() -> dict[str, str]:
+    """The installed versions of `NUMBER_CHANGING_PACKAGES` and of every CUDA runtime package."""
+    versions = {}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name in NUMBER_CHANGING_PACKAGES or name.startswith(("nvidia-", "cuda-")):
+            versions[name] = dist.version
+    return dict(sorted(versions.items()))
 
 
 # The parts of the package that decide what a run measures (its settings, data, model, training and
@@ -52,17 +91,30 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def run_key(run: PlannedRun, hardware: str) -> str:
-    identity = {
+def run_identity(run: PlannedRun, hardware: str) -> dict:
+    """Everything that decides a run's outcome (what its key hashes, kept in its manifest)."""
+    return {
         "training_args": dataclasses.asdict(run.training_args),
         "run_number": run.run_number,
         "hardware": hardware,
+        "software": software_versions(),
         "source": source_digest(),
     }
+
+
+def run_key(run: PlannedRun, hardware: str) -> str:
+    """The store key of `run` on `hardware`: a hash of `run_identity`."""
+    identity = run_identity(run, hardware)
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 class ResultStore:
+    """Finished runs under one directory or fsspec URL, one folder per run key."""
+
     def __init__(self, url: str):
         self.url = url.rstrip("/")
         self._fs, self._root = fsspec.core.url_to_fs(self.url)
@@ -71,27 +123,70 @@ class ResultStore:
         return f"{self._root}/{key}/{name}"
 
     def load(self, key: str, local_dir: Path) -> RunResult | None:
-        """The stored result of `key` (its steps copied into `local_dir`), or None."""
-        if not self._fs.exists(self._path(key, RESULT_NAME)):
-            return None
-        record = json.loads(self._fs.cat_file(self._path(key, RESULT_NAME)))
-        record["training_args"] = TrainingArgs(**record["training_args"])
-        result = RunResult(**record)
+        """The stored result of `key` (its steps copied into `local_dir`); None when the store has no complete
+        entry for it. Raises `CorruptEntry` for an entry that does not match its manifest, `StoreError` when
+        the store cannot be read."""
+        try:
+            if not self._fs.exists(self._path(key, MANIFEST_NAME)):
+                return None
+            manifest_bytes = self._fs.cat_file(self._path(key, MANIFEST_NAME))
+            contents = {}
+            try:
+                manifest = json.loads(manifest_bytes)
+                for name, checksum in manifest["sha256"].items():
+                    if name not in (RESULT_NAME, STEPS_NAME):
+                        raise CorruptEntry(f"entry {key}: its manifest lists an unknown file {name!r}")
+                    if not self._fs.exists(self._path(key, name)):
+                        raise CorruptEntry(f"entry {key}: {name} is missing")
+                    contents[name] = self._fs.cat_file(self._path(key, name))
+                    if _sha256(contents[name]) != checksum:
+                        raise CorruptEntry(f"entry {key}: {name} does not match its checksum (edited or cut short)")
+                record = json.loads(contents[RESULT_NAME])
+                record["training_args"] = TrainingArgs(**record["training_args"])
+                result = RunResult(**record)
+            except CorruptEntry:
+                raise
+            except (ValueError, KeyError, TypeError) as exc:  # unparsable JSON, a missing or unknown field
+                raise CorruptEntry(f"entry {key}: unreadable ({type(exc).__name__}: {exc})") from None
+        except CorruptEntry:
+            raise
+        except OSError as exc:
+            raise StoreError(f"cannot read entry {key} of {self.url}: {type(exc).__name__}: {exc}") from None
         result.steps_file = ""
-        if self._fs.exists(self._path(key, STEPS_NAME)):
+        if STEPS_NAME in contents:
             local_dir.mkdir(parents=True, exist_ok=True)
             steps = local_dir / STEPS_NAME
-            self._fs.get_file(self._path(key, STEPS_NAME), str(steps))
+            steps.write_bytes(contents[STEPS_NAME])
             result.steps_file = str(steps)
         return result
 
-    def save(self, key: str, result: RunResult) -> bool:
-        """Keep `result` if its outcome is the settings' own; True if kept."""
+    def save(self, key: str, result: RunResult, identity: dict | None = None) -> bool:
+        """Keep `result` if its outcome is the settings' own; True if kept. Raises `StoreError` when it cannot
+        be written (the entry is then left without a manifest, so it is never reused)."""
         if result.status not in REUSABLE_STATUSES:
             return False
-        self._fs.makedirs(f"{self._root}/{key}", exist_ok=True)
+        record = dataclasses.asdict(result)
+        record["problems"] = []  # what went wrong around the measurement belongs to that attempt, not the run
+        files = {RESULT_NAME: json.dumps(record).encode()}
         if result.steps_file and Path(result.steps_file).exists():
-            self._fs.put_file(result.steps_file, self._path(key, STEPS_NAME))
-        # The record last: a key with a record is complete.
-        self._fs.pipe_file(self._path(key, RESULT_NAME), json.dumps(dataclasses.asdict(result)).encode())
+            files[STEPS_NAME] = Path(result.steps_file).read_bytes()
+        manifest = {"sha256": {name: _sha256(data) for name, data in files.items()}, "identity": identity or {}}
+        try:
+            self._fs.makedirs(f"{self._root}/{key}", exist_ok=True)
+            if self._fs.exists(self._path(key, MANIFEST_NAME)):  # replacing an entry: unlist it first
+                self._fs.rm_file(self._path(key, MANIFEST_NAME))
+            for name, data in [*files.items(), (MANIFEST_NAME, json.dumps(manifest, sort_keys=True).encode())]:
+                self._write_atomically(self._path(key, name), data)
+        except OSError as exc:
+            raise StoreError(f"cannot write entry {key} to {self.url}: {type(exc).__name__}: {exc}") from None
         return True
+
+    def _write_atomically(self, path: str, data: bytes) -> None:
+        """Write under a temporary name, then move into place: a reader never sees a partial file."""
+        temporary = f"{path}.{uuid.uuid4().hex}.partial"
+        try:
+            self._fs.pipe_file(temporary, data)
+            self._fs.mv(temporary, path)
+        finally:
+            if self._fs.exists(temporary):
+                self._fs.rm_file(temporary)

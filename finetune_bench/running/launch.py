@@ -5,6 +5,7 @@ and the CUDA allocator and context carry state from one run to the next. A condi
 failure (out of memory, a crash, a hang) is its result; this module never raises for it.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -13,16 +14,25 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import ERROR, RunResult
-from finetune_bench.results.store import ResultStore, hardware_fingerprint, run_key
+from finetune_bench.results.store import (
+    CorruptEntry,
+    ResultStore,
+    StoreError,
+    hardware_fingerprint,
+    run_identity,
+    run_key,
+)
 from finetune_bench.running.faults import RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
-from finetune_bench.running.worker import ERROR_TAIL_LINES, RESULT_FILE, STEPS_FILE
+from finetune_bench.running.worker import ERROR_TAIL_LINES, PARENT_PID_ENV, RESULT_FILE, STEPS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +66,7 @@ def child_env(run: PlannedRun) -> dict[str, str]:
         if not key.startswith(SECRET_ENV_PREFIX) and key not in CHILD_WITHHELD_ENV
     }
     env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
+    env[PARENT_PID_ENV] = str(os.getpid())
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -97,22 +108,52 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
     started = time.monotonic()
     timed_out = False
     with open(work_dir / LOG_FILE, "wb") as log:
-        # A session of its own, so that a timeout kills the child's whole process group.
+        # A session of its own, so that a timeout kills the child's whole process group (its own children
+        # included). The child also dies with this process (it asks the kernel to, see `worker`), and every
+        # way this process can end (an exception, Ctrl-C, SIGTERM) kills the group first.
         child = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=child_env(run), start_new_session=True
         )
         try:
-            returncode = child.wait(timeout=timeout_s)
+            with _sigterm_raises():
+                returncode = child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             returncode = _kill_group(child)
+        finally:
+            if child.returncode is None:
+                _kill_group(child)
+            _kill_leftovers(child.pid)
     wall_time_s = time.monotonic() - started
     result = _classify(run, work_dir, returncode, timed_out, timeout_s)
     result.wall_time_s = wall_time_s
     return result
 
 
+class ParentTerminated(SystemExit):
+    """This process got SIGTERM while a child ran (the child was killed first)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into an exception while a child runs, so that the cleanup runs (Python's default is to
+    die on the spot). Only the main thread can install signal handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise ParentTerminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _kill_group(child: subprocess.Popen) -> int:
+    """SIGTERM to the child's process group, SIGKILL after a grace period; the child's exit status."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(child.pid, sig)
@@ -123,6 +164,15 @@ def _kill_group(child: subprocess.Popen) -> int:
         except subprocess.TimeoutExpired:
             continue
     return child.wait()
+
+
+def _kill_leftovers(group: int) -> None:
+    """Kill what the child left in its process group (a data-loader or compile worker): nothing the run
+    started outlives it."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:  # the group is empty: nothing left
+        pass
 
 
 def _log_tail(work_dir: Path) -> str:
@@ -160,6 +210,9 @@ def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool,
         return result
     tail = _log_tail(work_dir)
     result.error_tail = tail
+    if result.steps_file:  # the steps the child finished before it died, streamed as they ended
+        with open(result.steps_file) as steps:
+            result.details["steps_completed"] = str(max(sum(1 for _ in steps) - 1, 0))
     if timed_out:
         result.status = "timeout"
         result.reason = f"no result within the {timeout_s:g} s timeout; the child was killed"
@@ -184,14 +237,36 @@ def run_or_reuse(
     timeout_s: float,
     force_fresh: bool = False,
 ) -> RunResult:
-    """The stored result of `run` (same settings, run number, hardware and measuring code) unless
-    `force_fresh`; else train it in a child process (`run_in_child`) and store the result as soon as it ends."""
-    key = run_key(run, hardware_fingerprint())
-    result = None if force_fresh else store.load(key, Path(work_dir))
+    """The stored result of `run` (same settings, run number, hardware, software and measuring code) unless
+    `force_fresh`; else train it in a child process (`run_in_child`) and store the result as soon as it ends.
+
+    The store never costs a measurement: an entry that does not match its checksums is reported and measured
+    again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
+    in its `problems` (the grid then ends with a failing status)."""
+    hardware = hardware_fingerprint()
+    key = run_key(run, hardware)
+    name = f"{run.condition_id} run {run.run_number}"
+    problems, notes = [], {}
+    result = None
+    if not force_fresh:
+        try:
+            result = store.load(key, Path(work_dir))
+        except CorruptEntry as exc:
+            logger.warning("%s: results store %s; measuring it again", name, exc)
+            notes["results_store"] = f"replaced a corrupt stored entry ({exc})"
+        except StoreError as exc:
+            logger.error("%s: %s; measuring it again", name, exc)
+            problems.append(f"results store: {exc}; the run was measured again")
     if result is not None:
-        logger.info("%s run %d: reused the stored result %s", run.condition_id, run.run_number, key)
+        logger.info("%s: reused the stored result %s", name, key)
         result.reused = True
         return result
     result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
-    store.save(key, result)
+    result.details.update(notes)
+    try:
+        store.save(key, result, identity=run_identity(run, hardware))
+    except StoreError as exc:
+        logger.error("%s: %s", name, exc)
+        problems.append(f"results store: {exc}; this run is not kept, a re-run of the grid measures it again")
+    result.problems.extend(problems)
     return result

@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -18,6 +19,24 @@ from finetune_bench.running import faults
 RESULT_FILE = "result.json"
 STEPS_FILE = "steps.csv"
 ERROR_TAIL_LINES = 40
+# The launcher's process id: the worker dies with it (a run never outlives what started it).
+PARENT_PID_ENV = "FINETUNE_BENCH_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the launcher dies, however it dies (SIGKILL included); exit
+    at once if it is already gone. A no-op elsewhere, and when not started by the launcher."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != int(parent):  # the launcher died before the request took effect
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,15 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     opts = parser.parse_args(argv)
+    die_with_parent()
     faults.maybe_inject(0)
 
-    import pandas as pd
     import torch
 
     from finetune_bench.inputs.arms import parse_arm
     from finetune_bench.inputs.settings import TrainingArgs
     from finetune_bench.measuring.environment import environment
-    from finetune_bench.measuring.steps import STEP_COLUMNS, NonFiniteLoss, StepRecorder
+    from finetune_bench.measuring.steps import NonFiniteLoss, StepRecorder
     from finetune_bench.running.backends.common import resolve_device, resolve_dtype
     from finetune_bench.running.liger_patching import LigerNotApplied
 
@@ -47,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from finetune_bench.running.triton_cpu import install_interpreter_shims
 
         install_interpreter_shims()
-    recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps)
+    recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps, steps_file=opts.out / STEPS_FILE)
     result: dict = {
         "details": {"device": str(device), "dtype": str(dtype).removeprefix("torch.")},
         "environment": environment(device),
@@ -76,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     result["details"]["steps_completed"] = str(len(recorder.steps))
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     result["details"]["model_flops_formula"] = recorder.flops_formula
-    pd.DataFrame(recorder.step_rows(), columns=list(STEP_COLUMNS)).to_csv(opts.out / STEPS_FILE, index=False)
+    recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
     (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
     return 0 if result["status"] == "ok" else 1
 

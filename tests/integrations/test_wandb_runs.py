@@ -207,7 +207,7 @@ def test_runs_of_one_execution_share_a_group_and_the_next_execution_gets_another
     assert logged["c#0"]["summary"]["status"] == "error" and logged["c#0"]["summary"]["reason"] == refused
 
 
-def test_a_failure_to_log_keeps_the_result_finishes_the_run_and_says_why(wandb_dir, monkeypatch, tmp_path, caplog):
+def test_a_failure_to_log_keeps_the_result_and_fails_the_grid(wandb_dir, monkeypatch, tmp_path, caplog):
     from tasks.train import train_condition
 
     def broken(steps_file):
@@ -226,6 +226,8 @@ def test_a_failure_to_log_keeps_the_result_finishes_the_run_and_says_why(wandb_d
     assert output.result.status == "error" and output.result.reason == "refused for this test"
     assert wandb.run is None
     assert "W&B logging failed for broken#0" in caplog.text and "the steps table is unreadable" in caplog.text
+    # and the grid will end with a failing status naming it (see require_nothing_lost)
+    assert output.result.problems == ["W&B: the run was not logged (RuntimeError: the steps table is unreadable)"]
     (run,) = offline_runs(wandb_dir).values()
     assert run["exit_code"] not in (None, 0)  # finished, marked failed
 
