@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+import click
 import pandas as pd
 from flytekit import Deck, current_context, task
 from flytekit.types.directory import FlyteDirectory
@@ -99,9 +100,9 @@ def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None]
     return AnalysisOutputs(analysis.table, analysis.steps, report_file, files, analysis.problems + export_problems)
 
 
-class NothingKept(RuntimeError):
+class NothingKept(click.ClickException):
     """Measured runs were not stored, logged or exported: the workflow fails, naming each, after its outputs
-    and report were written."""
+    and report were written (a click error: the CLI prints the list without a traceback)."""
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)

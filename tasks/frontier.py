@@ -31,6 +31,7 @@ from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.train import checked
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +49,12 @@ def plan_frontier(
     min_success_ratio: float,
     condition_timeout_s: int,
 ) -> list[FrontierSearch]:
-    """Validate the inputs (before anything is downloaded or probed) and list the searches."""
-    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s)
-    return plan_searches(training_args, arms, batch_size_search, seq_length_search, probes, n_runs)
+    """Validate the inputs (before anything is downloaded or probed) and list the searches; every problem is
+    reported at once."""
+    return checked(
+        lambda: plan_searches(training_args, arms, batch_size_search, seq_length_search, probes, n_runs),
+        lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
+    )
 
 
 @task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)

@@ -1,25 +1,32 @@
 """Planning the runs, and training one run in a child process."""
 
 import logging
+import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import click
 from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
-from finetune_bench.inputs.validation import validate_run_settings
+from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_or_reuse
 from finetune_bench.sources.cache import default_results_store
 from images import training_image
+from tasks.analysis import EXPORT_DIR_ENV
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS
 from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # The training image: validation reads Liger's table of the model types it can patch.
@@ -32,10 +39,48 @@ def plan_benchmark(
     min_success_ratio: float,
     condition_timeout_s: int,
     alpha: float,
+    results_store: str = "",
 ) -> list[PlannedRun]:
-    """Validate the inputs (before anything is downloaded or trained) and list every run."""
-    validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha)
-    return plan_runs(experiment_args, training_args, n_runs)
+    """Validate the inputs (before anything is downloaded or trained) and list every run. Every problem is
+    reported at once, one line each (`pyflyte run` prints them without a traceback)."""
+    return checked(
+        lambda: plan_runs(experiment_args, training_args, n_runs),
+        lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
+        lambda: check_output_locations(results_store),
+    )
+
+
+class InvalidInputs(click.ClickException):
+    """Inputs that cannot run. A click error: the CLI prints its message (every problem, one per line) and
+    exits non-zero, without a framework traceback."""
+
+
+def checked(plan: Callable[[], T], *checks: Callable[[], None]) -> T:
+    """`plan()` after `checks`, every SpecError of all of them raised together as InvalidInputs."""
+    problems = Problems()
+    for check in checks:
+        with problems.check():
+            check()
+    planned = None
+    with problems.check():
+        planned = plan()
+    try:
+        problems.raise_if_any()
+    except SpecError as error:
+        raise InvalidInputs(str(error)) from None
+    return planned
+
+
+def check_output_locations(results_store: str) -> None:
+    """The results store, and the export directory a local run copies its outputs to, can take files."""
+    problems = Problems()
+    with problems.check():
+        check_writable_location(results_store or str(default_results_store()), "results_store")
+    export = os.environ.get(EXPORT_DIR_ENV)
+    if export:
+        with problems.check():
+            check_writable_location(export, EXPORT_DIR_ENV)
+    problems.raise_if_any()
 
 
 @task(

@@ -73,6 +73,7 @@ def benchmarking_experiment(
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
         alpha=alpha,
+        results_store=results_store,
     )
     dataset_dir, model_dir = download_sources(training_args, after=planned)
     outputs = run_benchmark(

@@ -1,15 +1,56 @@
-"""The errors an input can cause, and the "did you mean" hint their messages carry."""
+"""The errors an input can cause, how several are reported at once, and the "did you mean" hint their
+messages carry."""
 
+import contextlib
 import difflib
+from collections.abc import Iterator
 
 
 class SpecError(ValueError):
-    """An input that cannot be run; the message names the offending key and value."""
+    """Inputs that cannot be run; each problem names the offending key and value. One error can carry many
+    problems (`problems`), so that a user sees every one at once."""
+
+    def __init__(self, *problems: str):
+        self.problems = [line for problem in problems for line in str(problem).splitlines() if line.strip()]
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if len(self.problems) == 1:
+            return self.problems[0]
+        return f"{len(self.problems)} problems in the inputs:\n" + "\n".join(f"- {p}" for p in self.problems)
 
 
 class ConditionRefused(SpecError):
     """One condition of a valid grid that cannot run (e.g. a liger arm on a model type Liger cannot
     patch): it ends as an error result naming the reason, and the rest of the grid still runs."""
+
+
+class Problems:
+    """Collects the problems of several independent checks, so that all are reported together:
+
+    problems = Problems()
+    with problems.check():
+        check_one(...)            # a SpecError here is kept, and the next check still runs
+    problems.raise_if_any()       # one SpecError listing every problem
+    """
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        """Run a check; keep its SpecError's problems instead of stopping (a refusal of one condition is not
+        a problem of the inputs, and passes through)."""
+        try:
+            yield
+        except ConditionRefused:
+            raise
+        except SpecError as error:
+            self.found.extend(p for p in error.problems if p not in self.found)
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise SpecError(*self.found)
 
 
 def closest(name: str, valid: list[str]) -> str:

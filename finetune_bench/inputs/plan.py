@@ -2,11 +2,18 @@
 
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass
 
-from finetune_bench.inputs.errors import ConditionRefused
+from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
-from finetune_bench.inputs.validation import validate, validate_condition
+from finetune_bench.inputs.validation import (
+    MAX_RUNS,
+    check_grid_size,
+    condition_count,
+    validate,
+    validate_condition,
+)
 
 
 @dataclass
@@ -23,6 +30,22 @@ class PlannedRun:
     refused: str = ""
 
 
+# How a condition's problem names it (see `validate_condition`): " (condition a=1,b=2)".
+_CONDITION = re.compile(r" \(condition [^)]*\)")
+
+
+def _with_conditions(problem: str, where: list[re.Match | None]) -> str:
+    """A problem said once for all the conditions that share it: where the condition was named, that
+    condition, or how many share it and the first of them."""
+    first = where[0]
+    if first is None:
+        return problem
+    named = first.group(0)
+    if len(where) > 1:
+        named = f" (in {len(where)} conditions, e.g. {named.removeprefix(' (').removesuffix(')')})"
+    return problem[: first.start()] + named + problem[first.start() :]
+
+
 def condition_id(axis_values: dict[str, object]) -> str:
     """A stable, readable id such as `arm=liger,per_device_train_batch_size=8`."""
     return ",".join(f"{name}={value}" for name, value in axis_values.items()) or "baseline"
@@ -34,15 +57,27 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
     Repeats are interleaved (all conditions once, then all again, ...) so that drift over time
     (thermals, a noisy neighbour) spreads over every condition instead of biasing one.
     """
-    validate(experiment_args, training_args, n_runs)
+    problems = Problems()
+    with problems.check():
+        validate(experiment_args, training_args, 1)  # the settings alone: n_runs is checked below
+    settings_valid = not problems.found
+    with problems.check():
+        check_grid_size(experiment_args, n_runs)
+    if not settings_valid or condition_count(experiment_args) > MAX_RUNS:
+        problems.raise_if_any()  # a grid of invalid settings, or too large a grid, is not expanded
     axes = swept_axes(experiment_args)
     grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
-    refusals = {}
+    refusals, unrunnable = {}, {}
     for index, point in enumerate(grid):
         try:
             validate_condition(dataclasses.replace(training_args, **point), point)
         except ConditionRefused as refusal:
             refusals[index] = str(refusal)
+        except SpecError as error:  # every kind of condition that cannot run is named, not only the first
+            for problem in error.problems:
+                unrunnable.setdefault(_CONDITION.sub("", problem), []).append(_CONDITION.search(problem))
+    problems.found.extend(_with_conditions(problem, where) for problem, where in unrunnable.items())
+    problems.raise_if_any()
     return [
         PlannedRun(
             condition_id=condition_id(point),

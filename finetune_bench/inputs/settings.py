@@ -7,6 +7,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from finetune_bench.inputs.catalog import (
     OPTIMIZERS,
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
-from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.inputs.errors import Problems, SpecError, closest
 
 
 class StrictFromJson:
@@ -41,7 +42,7 @@ class StrictFromJson:
             value = cls(**data)
             value.check()
         except SpecError as exc:
-            import click  # only the CLI calls this: it prints a click error as one line, no traceback
+            import click  # only the CLI calls this: it prints a click error, one line a problem, no traceback
 
             raise click.BadParameter(str(exc)) from None
         return value
@@ -184,7 +185,8 @@ _RENAMED = {"use_liger": _LIGER_SWITCH_HINT, "use_liger_kernel": _LIGER_SWITCH_H
 
 
 def check_section(cls: type, section: str, data: Any) -> None:
-    """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping).
+    """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping),
+    every one of them in one SpecError.
 
     `training_args` and `experiment_args` values are checked as settings (type and range); any other
     section's fields by their annotation (bool, int, float, str).
@@ -192,20 +194,23 @@ def check_section(cls: type, section: str, data: Any) -> None:
     if not isinstance(data, dict):
         raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
     annotations = {f.name: f.type for f in dataclasses.fields(cls)}
+    problems = Problems()
     for key, value in data.items():
-        if key not in annotations:
-            hint = _RENAMED.get(str(key)) if "arm" in annotations else None
-            suggestion = f" (did you mean 'arm'? {hint})" if hint else closest(str(key), list(annotations))
-            raise SpecError(f"{section}.{key} is not a setting{suggestion}")
-        if cls is ExperimentArgs:
-            if not isinstance(value, list):
-                raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
-            for element in value:
-                _check_value(f"{section}.{key}", key, element)
-        elif cls is TrainingArgs:
-            _check_value(f"{section}.{key}", key, value)
-        else:
-            _check_type(f"{section}.{key}", annotations[key], value)
+        with problems.check():
+            if key not in annotations:
+                hint = _RENAMED.get(str(key)) if "arm" in annotations else None
+                suggestion = f" (did you mean 'arm'? {hint})" if hint else closest(str(key), list(annotations))
+                raise SpecError(f"{section}.{key} is not a setting{suggestion}")
+            if cls is ExperimentArgs:
+                if not isinstance(value, list):
+                    raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
+                for element in value:
+                    _check_value(f"{section}.{key}", key, element)
+            elif cls is TrainingArgs:
+                _check_value(f"{section}.{key}", key, value)
+            else:
+                _check_type(f"{section}.{key}", annotations[key], value)
+    problems.raise_if_any()
 
 
 def _check_type(key: str, annotation: Any, value: Any) -> None:
@@ -228,38 +233,51 @@ def swept_axes(experiment_args: ExperimentArgs) -> dict[str, list[Any]]:
 
 
 def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
+    """Every axis a list of valid, distinct values; every problem in one SpecError."""
+    problems = Problems()
     for name in axis_names():
         values = getattr(experiment_args, name)
-        if not isinstance(values, list):
-            raise SpecError(f"experiment_args.{name} must be a list of values, got {values!r}")
-        if len(set(map(repr, values))) != len(values):
-            raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
-        for value in values:
-            _check_value(f"experiment_args.{name}", name, value)
+        with problems.check():
+            if not isinstance(values, list):
+                raise SpecError(f"experiment_args.{name} must be a list of values, got {values!r}")
+            if len(set(map(repr, values))) != len(values):
+                raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
+        for value in values if isinstance(values, list) else []:
+            with problems.check():
+                _check_value(f"experiment_args.{name}", name, value)
+    problems.raise_if_any()
 
 
 def validate_training_args(training_args: TrainingArgs) -> None:
-    """Every field's type and range, the fields that constrain each other, and the model and data sources."""
+    """Every field's type and range, then (when those hold) the fields that constrain each other and the
+    model and data sources; every problem in one SpecError."""
+    problems = Problems()
     for f in dataclasses.fields(TrainingArgs):
-        _check_value(f"training_args.{f.name}", f.name, getattr(training_args, f.name))
-    if training_args.synthetic_min_words > training_args.synthetic_max_words:
-        raise SpecError(
-            "training_args.synthetic_min_words must not exceed synthetic_max_words "
-            f"({training_args.synthetic_min_words} > {training_args.synthetic_max_words})"
-        )
-    if training_args.max_grad_norm < 0:
-        raise SpecError(f"training_args.max_grad_norm must not be negative, got {training_args.max_grad_norm!r}")
-    if not 0 <= training_args.warmup_ratio < 1:
-        raise SpecError(f"training_args.warmup_ratio must be in [0, 1), got {training_args.warmup_ratio!r}")
-    if training_args.timing_warmup_steps >= training_args.max_steps:
-        raise SpecError(
-            f"training_args.timing_warmup_steps ({training_args.timing_warmup_steps}) must be below "
-            f"max_steps ({training_args.max_steps}): no step would be measured"
-        )
-    catalog.check_model_name(training_args.model_name)
-    catalog.check_dataset(training_args.dataset_name, training_args.dataset_config, training_args.dataset_split)
+        with problems.check():
+            _check_value(f"training_args.{f.name}", f.name, getattr(training_args, f.name))
+    problems.raise_if_any()  # the checks below compare fields: only once each field is valid
+    t = training_args
+    with problems.check():
+        if t.synthetic_min_words > t.synthetic_max_words:
+            raise SpecError(
+                "training_args.synthetic_min_words must not exceed synthetic_max_words "
+                f"({t.synthetic_min_words} > {t.synthetic_max_words})"
+            )
+    with problems.check():
+        if t.timing_warmup_steps >= t.max_steps:
+            raise SpecError(
+                f"training_args.timing_warmup_steps ({t.timing_warmup_steps}) must be below "
+                f"max_steps ({t.max_steps}): no step would be measured"
+            )
+    with problems.check():
+        catalog.check_model_name(t.model_name)
+    with problems.check():
+        catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
+    problems.raise_if_any()
 
 
+# Integers travel through Flyte's literals as int64.
+_INT64_MAX = 2**63 - 1
 _POSITIVE_INTS = {
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -298,6 +316,10 @@ def _check_value(key: str, name: str, value: Any) -> None:
             # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
             hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
         raise SpecError(f"{key} must be {expected}, got {value!r}{hint}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{key} must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
     if name in _POSITIVE_INTS and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
     if name == "timing_warmup_steps" and value < 0:
@@ -309,6 +331,12 @@ def _check_value(key: str, name: str, value: Any) -> None:
             parse_arm(value)
         except ArmError as exc:
             raise SpecError(f"{key}: {exc}") from None
+    if name in ("weight_decay", "max_grad_norm") and value < 0:
+        raise SpecError(f"{key} must not be negative, got {value!r}")
+    if name == "warmup_ratio" and not 0 <= value < 1:
+        raise SpecError(f"{key} must be in [0, 1), got {value!r}")
+    if name == "seed" and not 0 <= value < 2**32:
+        raise SpecError(f"{key} must be in [0, 2**32) (what numpy and torch seed with), got {value!r}")
     if name == "learning_rate" and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
     if name == "lora_rank" and value < 0:

@@ -3,6 +3,9 @@ together), and the workflow's own run settings. A single setting's type and rang
 declared (`finetune_bench.inputs.settings`)."""
 
 import dataclasses
+import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from finetune_bench.inputs.arms import LOSS_KERNELS, kernel_switches, parse_arm, supported_model_types
@@ -13,7 +16,7 @@ from finetune_bench.inputs.catalog import (
     PACKING_BACKENDS,
     model_type,
 )
-from finetune_bench.inputs.errors import ConditionRefused, SpecError
+from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
@@ -22,31 +25,60 @@ from finetune_bench.inputs.settings import (
     validate_training_args,
 )
 
+# More runs than this in one grid is a mistake in the inputs (days of GPU time), refused before it is expanded.
+MAX_RUNS = 10_000
+
 
 def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> None:
-    """Reject inputs that cannot run, naming the key. Called before any training starts."""
+    """Reject inputs that cannot run, naming each key at fault, every problem in one SpecError. Called
+    before anything is downloaded or trained; the grid's size is checked arithmetically, never expanded."""
     training_fields = {f.name for f in dataclasses.fields(TrainingArgs)}
     for name in axis_names():
         if name not in training_fields:
             raise SpecError(f"experiment_args.{name} has no matching training_args field")
-    validate_experiment_args(experiment_args)
-    validate_training_args(training_args)
+    problems = Problems()
+    with problems.check():
+        validate_experiment_args(experiment_args)
+    with problems.check():
+        validate_training_args(training_args)
+    with problems.check():
+        check_grid_size(experiment_args, n_runs)
+    problems.raise_if_any()
+
+
+def condition_count(experiment_args: ExperimentArgs) -> int:
+    """How many conditions the swept axes make (the product of their lengths), without listing them."""
+    axes = [getattr(experiment_args, name) for name in axis_names()]
+    return math.prod(len(values) for values in axes if isinstance(values, list) and values)
+
+
+def check_grid_size(experiment_args: ExperimentArgs, n_runs: int) -> None:
+    """`n_runs` a positive integer, and at most `MAX_RUNS` runs in the grid, counted without expanding it."""
     if not isinstance(n_runs, int) or isinstance(n_runs, bool) or n_runs <= 0:
         raise SpecError(f"n_runs must be a positive integer, got {n_runs!r}")
+    conditions = condition_count(experiment_args)
+    if conditions * n_runs > MAX_RUNS:
+        raise SpecError(
+            f"the grid is {conditions:,} condition(s) × n_runs {n_runs:,} = {conditions * n_runs:,} runs; at most "
+            f"{MAX_RUNS:,} run in one grid: sweep fewer values or split the grid"
+        )
 
 
 def validate_run_settings(
     concurrency: int, min_success_ratio: float, condition_timeout_s: int, alpha: float = 0.05
 ) -> None:
-    """The workflow's own settings."""
+    """The workflow's own settings, every problem in one SpecError."""
+    problems = []
     if isinstance(alpha, bool) or not 0 < alpha < 1:
-        raise SpecError(f"alpha (the significance level) must be in (0, 1), got {alpha!r}")
+        problems.append(f"alpha (the significance level) must be in (0, 1), got {alpha!r}")
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise SpecError(f"concurrency must be a positive integer, got {concurrency!r}")
+        problems.append(f"concurrency must be a positive integer, got {concurrency!r}")
     if isinstance(min_success_ratio, bool) or not 0 < min_success_ratio <= 1:
-        raise SpecError(f"min_success_ratio must be in (0, 1], got {min_success_ratio!r}")
+        problems.append(f"min_success_ratio must be in (0, 1], got {min_success_ratio!r}")
     if isinstance(condition_timeout_s, bool) or not isinstance(condition_timeout_s, int) or condition_timeout_s <= 0:
-        raise SpecError(f"condition_timeout_s must be a positive number of seconds, got {condition_timeout_s!r}")
+        problems.append(f"condition_timeout_s must be a positive number of seconds, got {condition_timeout_s!r}")
+    if problems:
+        raise SpecError(*problems)
 
 
 def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
@@ -110,3 +142,22 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             )
     if arm.switchback and training_args.device == "cpu":
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
+
+
+def check_writable_location(location: str, key: str) -> None:
+    """A local directory that exists and takes files, or one that can be created (its nearest existing
+    ancestor is a directory that takes files); a URL (`s3://…`) is left to its filesystem. Checked before any
+    training, so that nothing is measured into a place that cannot keep it."""
+    if "://" in location and not location.startswith("file://"):
+        return
+    path = Path(location.removeprefix("file://")).expanduser()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(f"{key}: {str(existing)!r} is not a directory (got {location!r})")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise SpecError(f"{key}: cannot write in {str(existing)!r} ({exc.strerror or exc})") from None

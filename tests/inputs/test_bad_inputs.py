@@ -49,4 +49,5 @@ def test_bad_inputs_are_refused_naming_the_key(inputs_file, pyflyte_run):
     # Rich boxes wrap long messages over lines between │ borders: compare the words alone.
     text = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output + str(result.exception or ""))
     assert re.search(expected_message(inputs_file), text), text[-1500:]
+    assert "Traceback" not in result.output, "a refusal is a few lines, never a framework traceback"
     assert not any(downloads.iterdir()), "something was downloaded or generated before the inputs were refused"

@@ -3,6 +3,7 @@ report and tables were written (the measurements are in them), with a provenance
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,16 @@ BASELINE_ONLY = json.dumps({"arm": ["baseline"], "per_device_train_batch_size": 
 
 
 def test_a_store_that_cannot_keep_runs_fails_the_execution_after_the_outputs(tmp_path):
-    blocker = tmp_path / "store-is-a-file"
-    blocker.write_text("")
+    from finetune_bench.inputs.plan import plan_runs
+    from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+    from finetune_bench.results.store import hardware_fingerprint, run_key
+
+    # A store that passes the checks before the run (a directory that takes files), whose entry for the one
+    # run cannot be written: a file stands where the entry's folder goes.
+    store = tmp_path / "store"
+    store.mkdir()
+    (run,) = plan_runs(ExperimentArgs(**json.loads(BASELINE_ONLY)), TrainingArgs(), 1)
+    (store / run_key(run, hardware_fingerprint())).write_text("")
     export = tmp_path / "export"
     env = dict(os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export))
     pyflyte = Path(sys.executable).parent / "pyflyte"
@@ -28,7 +37,7 @@ def test_a_store_that_cannot_keep_runs_fails_the_execution_after_the_outputs(tmp
             "--experiment_args",
             BASELINE_ONLY,
             "--results_store",
-            str(blocker),
+            str(store),
         ],
         cwd=PROJECT_ROOT,
         env=env,
@@ -36,10 +45,11 @@ def test_a_store_that_cannot_keep_runs_fails_the_execution_after_the_outputs(tmp
         text=True,
         timeout=900,
     )
-    output = " ".join((done.stdout + done.stderr).split())  # the CLI wraps long lines
+    output = re.sub(r"[\s│╭╮╰╯─]+", " ", done.stdout + done.stderr)  # the CLI wraps long lines in a box
     assert done.returncode != 0, output[-3000:]
     assert "1 problem(s) kept measured results from being stored" in output, output[-3000:]
     assert "results store: cannot write entry" in output
+    assert "Traceback" not in output
 
     results = pd.read_csv(export / "results.csv")
     assert list(results["status"]) == ["ok"] and results["tokens_per_second"].gt(0).all()

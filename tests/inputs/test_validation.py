@@ -1,0 +1,100 @@
+"""Validation reports every problem at once, refuses what cannot run (non-finite numbers, out-of-range seeds,
+integers beyond int64, grids too large) before expanding anything, and checks where outputs go."""
+
+import time
+
+import pytest
+
+from finetune_bench.inputs.errors import Problems, SpecError
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, check_section
+from finetune_bench.inputs.validation import MAX_RUNS, check_writable_location, validate_run_settings
+
+
+def problems_of(call) -> list[str]:
+    with pytest.raises(SpecError) as error:
+        call()
+    return error.value.problems
+
+
+def test_every_problem_of_a_section_is_reported_at_once():
+    found = problems_of(
+        lambda: check_section(
+            TrainingArgs, "training_args", {"use_liger": True, "dataset": "x", "max_steps": "4", "seed": -1}
+        )
+    )
+    assert [p.split(" ")[0] for p in found] == [
+        "training_args.use_liger",
+        "training_args.dataset",
+        "training_args.max_steps",
+        "training_args.seed",
+    ]
+
+
+def test_one_problem_is_one_line_and_many_are_a_list():
+    assert str(SpecError("a is wrong")) == "a is wrong"
+    assert str(SpecError("a is wrong", "b is wrong")) == "2 problems in the inputs:\n- a is wrong\n- b is wrong"
+    collected = Problems()
+    for message in ("x", "y", "x"):
+        with collected.check():
+            raise SpecError(message)
+    assert collected.found == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    "setting, value, message",
+    [
+        ("learning_rate", float("nan"), "training_args.learning_rate must be a finite number, got nan"),
+        ("max_grad_norm", float("inf"), "training_args.max_grad_norm must be a finite number, got inf"),
+        ("warmup_ratio", float("-inf"), "training_args.warmup_ratio must be a finite number"),
+        ("weight_decay", -0.01, "training_args.weight_decay must not be negative, got -0.01"),
+        ("seed", 2**32, "training_args.seed must be in [0, 2**32)"),
+        ("seed", -1, "training_args.seed must be in [0, 2**32)"),
+        ("max_steps", 2**63, "training_args.max_steps is too large (at most 9,223,372,036,854,775,807)"),
+    ],
+)
+def test_values_that_pass_the_type_but_cannot_run_are_refused(setting, value, message):
+    (found,) = problems_of(lambda: plan_runs(ExperimentArgs(), TrainingArgs(**{setting: value}), 1))
+    assert found.startswith(message)
+
+
+def test_settings_problems_and_grid_problems_come_together():
+    training = TrainingArgs(weight_decay=-1.0)
+    found = problems_of(lambda: plan_runs(ExperimentArgs(arm=["liger"]), training, 0))
+    assert found == [
+        "training_args.weight_decay must not be negative, got -1.0",
+        "n_runs must be a positive integer, got 0",
+    ]
+
+
+def test_a_huge_grid_is_refused_by_arithmetic_before_it_is_expanded():
+    experiment = ExperimentArgs(
+        per_device_train_batch_size=list(range(1, 101)),
+        max_seq_length=list(range(1, 101)),
+        learning_rate=[1e-5 * k for k in range(1, 101)],
+    )  # 10^6 conditions
+    started = time.monotonic()
+    (found,) = problems_of(lambda: plan_runs(experiment, TrainingArgs(), 1))
+    assert time.monotonic() - started < 5
+    assert found.startswith(f"the grid is 1,000,000 condition(s) × n_runs 1 = 1,000,000 runs; at most {MAX_RUNS:,}")
+    (found,) = problems_of(lambda: plan_runs(ExperimentArgs(), TrainingArgs(), 10**20))
+    assert "n_runs 100,000,000,000,000,000,000" in found
+
+
+def test_a_problem_shared_by_many_conditions_is_said_once():
+    experiment = ExperimentArgs(per_device_train_batch_size=[1, 2, 4], backend=["hf_trainer"], criterion=["trl"])
+    (found,) = problems_of(lambda: plan_runs(experiment, TrainingArgs(), 1))
+    assert found.startswith("criterion 'trl' does not run with backend 'hf_trainer' (in 3 conditions, e.g. condition")
+
+
+def test_the_workflow_settings_are_all_checked():
+    assert len(problems_of(lambda: validate_run_settings(0, 0.0, 0, 2.0))) == 4
+
+
+def test_where_outputs_go_must_take_files(tmp_path):
+    check_writable_location(str(tmp_path / "new" / "deeper"), "results_store")  # creatable: fine
+    check_writable_location("s3://bucket/prefix", "results_store")  # a URL: its filesystem decides
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    (found,) = problems_of(lambda: check_writable_location(str(a_file / "below"), "results_store"))
+    assert found == f"results_store: {str(a_file)!r} is not a directory (got {str(a_file / 'below')!r})"
