@@ -17,6 +17,7 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import RunResult
@@ -48,16 +49,20 @@ def publish(
     """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet) and
     `records` (each as JSON) in one directory, copied to the export directory when one is set. Returns the
     HTML file, the directory, and the problems of the export (a failed copy is one: the outputs stay in Flyte)."""
+    # A setting equal to a secret of this environment (a token pasted where a name belongs) is never shown.
+    secrets = secret_values()
     for name, content in report.sections.items():
-        Deck(name, content)
+        Deck(name, redact(content, secrets))
     out_dir = Path(tempfile.mkdtemp(prefix="outputs-", dir=current_context().working_directory))
     report_path = out_dir / file_name
-    report_path.write_text(report.to_html(title=title) if title else report.to_html())
+    report_path.write_text(redact(report.to_html(title=title) if title else report.to_html(), secrets))
     for name, table in tables.items():
+        table = without_secrets(table, secrets)
         table.to_csv(out_dir / f"{name}.csv", index=False)
         table.to_parquet(out_dir / f"{name}.parquet", index=False)
     for name, record in records.items():
-        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+        text = json.dumps(redact(record, secrets), indent=2, sort_keys=True, default=str)
+        (out_dir / f"{name}.json").write_text(text)
     problems = []
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
@@ -68,6 +73,14 @@ def publish(
             logger.error("the outputs could not be exported to %s: %s", export, exc)
             problems.append(f"export: the outputs could not be copied to {export} ({type(exc).__name__}: {exc})")
     return FlyteFile(str(report_path)), FlyteDirectory(str(out_dir)), problems
+
+
+def without_secrets(table: pd.DataFrame, secrets: list[str] | None = None) -> pd.DataFrame:
+    """`table` with every secret value of the environment replaced in its text cells."""
+    secrets = secret_values() if secrets is None else secrets
+    if not secrets:
+        return table
+    return table.map(lambda value: redact(value, secrets) if isinstance(value, str) else value)
 
 
 def provenance(analysis: GridAnalysis, planned: list[PlannedRun]) -> dict:
@@ -97,7 +110,8 @@ def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None]
     report_file, files, export_problems = publish(
         report, "report.html", tables, {"environment": provenance(analysis, planned)}
     )
-    return AnalysisOutputs(analysis.table, analysis.steps, report_file, files, analysis.problems + export_problems)
+    results, steps = without_secrets(analysis.table), without_secrets(analysis.steps)
+    return AnalysisOutputs(results, steps, report_file, files, analysis.problems + export_problems)
 
 
 class NothingKept(click.ClickException):

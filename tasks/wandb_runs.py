@@ -14,6 +14,7 @@ from flytekit.configuration import SerializationSettings
 from flytekit.core.base_task import PythonTask
 from flytekit.core.context_manager import FlyteContextManager
 
+from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.sources.cache import cache_root
@@ -121,6 +122,17 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
     if mode == "disabled":
         logger.info("W&B is off for %s#%d", result.condition_id, result.run_number)
         return None
+    if mode == "online":
+        # W&B waits about 90 s per run for a server it cannot reach: ask once, quickly, instead.
+        why = tracking.unreachable(base_url or os.environ.get("WANDB_BASE_URL") or WANDB_API_URL)
+        if why and _is_remote():  # an offline run would die with the pod: the run is not logged
+            logger.warning("W&B: %s; %s#%d is not logged", why, result.condition_id, result.run_number)
+            result.problems.append(f"W&B: the run was not logged ({why})")
+            return None
+        if why:  # locally, logged offline: nothing is lost, `wandb sync` uploads it later
+            logger.warning("W&B: %s; logging %s#%d offline", why, result.condition_id, result.run_number)
+            result.details["wandb"] = f"logged offline: {why}"
+            mode = "offline"
     execution_url = os.environ.get("FLYTE_EXECUTION_URL")
     try:
         logged = tracking.log_condition(
@@ -137,7 +149,7 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
             notes=f"[Flyte execution]({execution_url})" if execution_url else None,
         )
     except Exception as error:
-        message = tracking.redact(f"{type(error).__name__}: {error}", tracking.secret_values((api_key,)))
+        message = redact(f"{type(error).__name__}: {error}", secret_values((api_key,)))
         run = f"{result.condition_id}#{result.run_number}"
         logger.warning("W&B logging failed for %s (the run's result is kept): %s", run, message)
         result.problems.append(f"W&B: the run was not logged ({message})")

@@ -5,13 +5,17 @@ import contextlib
 import difflib
 from collections.abc import Iterator
 
+from finetune_bench.inputs.secrets import redact
+
 
 class SpecError(ValueError):
     """Inputs that cannot be run; each problem names the offending key and value. One error can carry many
     problems (`problems`), so that a user sees every one at once."""
 
     def __init__(self, *problems: str):
-        self.problems = [line for problem in problems for line in str(problem).splitlines() if line.strip()]
+        # A value that equals a secret of the environment (a token pasted into a setting) is never echoed.
+        lines = [line for problem in problems for line in str(problem).splitlines() if line.strip()]
+        self.problems = redact(lines)
         super().__init__(self._message())
 
     def _message(self) -> str:

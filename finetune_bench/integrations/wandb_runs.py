@@ -21,16 +21,19 @@ import contextlib
 import contextvars
 import csv
 import dataclasses
+import functools
 import logging
 import math
 import os
-import re
+import socket
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finetune_bench.inputs.secrets import SECRET_NAME, redact, secret_values
 from finetune_bench.results.record import RunResult
 
 logger = logging.getLogger(__name__)
@@ -39,15 +42,6 @@ DEFAULT_PROJECT = "finetune-bench"
 MODES = ("online", "offline", "disabled")
 # Older spellings W&B still accepts in WANDB_MODE.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
-# Names of settings or environment variables that hold credentials.
-_SECRET_NAME = re.compile(
-    r"api_?key|secret|password|passwd|credential|private_?key|access_?key|(^|_)token($|_)|(^|_)auth($|_)",
-    re.IGNORECASE,
-)
-_FLYTE_SECRET_PREFIX = "_FSEC_"
-# Short values (a "1", a "true") are not worth redacting and would mangle everything.
-_MIN_SECRET_LENGTH = 8
-REDACTED = "[redacted]"
 ERROR_TAIL_CHARS = 4000
 _GIB = 1024**3
 # W&B's limits on these fields.
@@ -92,35 +86,29 @@ def resolve_mode(api_key: str | None, local: bool) -> str:
     return "offline" if local else "disabled"
 
 
-def secret_values(extra: tuple[str | None, ...] = ()) -> list[str]:
-    """The values of the credentials in the environment (and `extra`), longest first."""
-    values = {
-        value
-        for name, value in os.environ.items()
-        if name.startswith(_FLYTE_SECRET_PREFIX) or _SECRET_NAME.search(name)
-    }
-    values.update(v for v in extra if v)
-    return sorted((v for v in values if len(v) >= _MIN_SECRET_LENGTH), key=len, reverse=True)
+# How long a W&B server gets to accept a connection before a run is not logged online (W&B itself waits about
+# 90 s per run, every run, when there is no network).
+REACHABLE_TIMEOUT_S = 3.0
 
 
-def redact(value: Any, secrets: list[str]) -> Any:
-    """`value` with every occurrence of a secret replaced, in strings, dict keys and values, lists."""
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {redact(k, secrets): redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v, secrets) for v in value]
-    return value
+@functools.cache
+def unreachable(base_url: str) -> str | None:
+    """Why the W&B server at `base_url` cannot be reached (no route, no DNS, refused, too slow), or None when a
+    TCP connection opens. Asked once per server and process."""
+    parsed = urllib.parse.urlparse(base_url if "://" in base_url else f"https://{base_url}")
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=REACHABLE_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return f"{parsed.hostname}:{port} unreachable ({type(exc).__name__}: {exc})"
 
 
 def drop_secret_keys(config: dict[str, Any], path: str = "") -> dict[str, Any]:
     """`config` without the entries whose name looks like a credential (warned about, never logged)."""
     kept = {}
     for key, value in config.items():
-        if _SECRET_NAME.search(str(key)):
+        if SECRET_NAME.search(str(key)):
             logger.warning("W&B config: %s%s looks like a credential; not logged", path, key)
             continue
         kept[key] = drop_secret_keys(value, f"{path}{key}.") if isinstance(value, dict) else value

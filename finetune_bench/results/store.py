@@ -24,6 +24,7 @@ from pathlib import Path
 import fsspec
 
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.gpu import driver_version, gpu_names
 from finetune_bench.results.record import NONFINITE, OK, OOM, RunResult
@@ -165,12 +166,13 @@ class ResultStore:
         be written (the entry is then left without a manifest, so it is never reused)."""
         if result.status not in REUSABLE_STATUSES:
             return False
-        record = dataclasses.asdict(result)
+        # A setting equal to a secret's value (a token pasted where a name belongs) is never written in clear.
+        record = redact(dataclasses.asdict(result))
         record["problems"] = []  # what went wrong around the measurement belongs to that attempt, not the run
         files = {RESULT_NAME: json.dumps(record).encode()}
         if result.steps_file and Path(result.steps_file).exists():
             files[STEPS_NAME] = Path(result.steps_file).read_bytes()
-        manifest = {"sha256": {name: _sha256(data) for name, data in files.items()}, "identity": identity or {}}
+        manifest = {"sha256": {name: _sha256(data) for name, data in files.items()}, "identity": redact(identity or {})}
         try:
             self._fs.makedirs(f"{self._root}/{key}", exist_ok=True)
             if self._fs.exists(self._path(key, MANIFEST_NAME)):  # replacing an entry: unlist it first

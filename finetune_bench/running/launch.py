@@ -30,6 +30,7 @@ from finetune_bench.results.store import (
     run_identity,
     run_key,
 )
+from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.faults import RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 from finetune_bench.running.worker import ERROR_TAIL_LINES, PARENT_PID_ENV, RESULT_FILE, STEPS_FILE
@@ -105,6 +106,14 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
         "--out",
         str(work_dir),
     ]
+    with device_lock(hardware_fingerprint()) as waited_s:
+        result = _run_child(run, command, work_dir, timeout_s)
+    if waited_s >= 1:
+        result.details["waited_for_device_s"] = f"{waited_s:.0f}"
+    return result
+
+
+def _run_child(run: PlannedRun, command: list[str], work_dir: Path, timeout_s: float) -> RunResult:
     started = time.monotonic()
     timed_out = False
     with open(work_dir / LOG_FILE, "wb") as log:
@@ -244,6 +253,25 @@ def run_or_reuse(
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
     in its `problems` (the grid then ends with a failing status)."""
     hardware = hardware_fingerprint()
+    # Held from the lookup to the save: a grid started beside this one on the same machine waits, then reuses
+    # this run instead of measuring it at the same time on the same device.
+    with device_lock(hardware) as waited_s:
+        result = _run_or_reuse(run, store, dataset_dir, model_dir, work_dir, timeout_s, force_fresh, hardware)
+    if waited_s >= 1:
+        result.details["waited_for_device_s"] = f"{waited_s:.0f}"
+    return result
+
+
+def _run_or_reuse(
+    run: PlannedRun,
+    store: ResultStore,
+    dataset_dir: Path,
+    model_dir: Path,
+    work_dir: Path,
+    timeout_s: float,
+    force_fresh: bool,
+    hardware: str,
+) -> RunResult:
     key = run_key(run, hardware)
     name = f"{run.condition_id} run {run.run_number}"
     problems, notes = [], {}

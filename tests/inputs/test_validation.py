@@ -98,3 +98,10 @@ def test_where_outputs_go_must_take_files(tmp_path):
     a_file.write_text("")
     (found,) = problems_of(lambda: check_writable_location(str(a_file / "below"), "results_store"))
     assert found == f"results_store: {str(a_file)!r} is not a directory (got {str(a_file / 'below')!r})"
+
+
+def test_a_problem_never_echoes_a_secret_of_the_environment(monkeypatch, tmp_path):
+    secret = "wandbPASTEDkey0123456789abcdef"
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    (found,) = problems_of(lambda: plan_runs(ExperimentArgs(), TrainingArgs(model_name=f"./{secret}"), 1))
+    assert secret not in found and found == "training_args.model_name: the local path './[redacted]' does not exist"

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2
 
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.secrets import REDACTED
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
@@ -285,7 +286,7 @@ def test_secrets_reach_no_wandb_file_log_or_output(wandb_dir, monkeypatch, tmp_p
 
     logged = offline_runs(wandb_dir)
     assert set(logged) == {"via-the-task#0", "leaky#0"}
-    assert tracking.REDACTED in logged["leaky#0"]["summary"]["reason"]
+    assert REDACTED in logged["leaky#0"]["summary"]["reason"]
     assert "hf_token" not in logged["leaky#0"]["config"]["environment"]
     # Also W&B's own service logs, kept under ~/.cache/wandb.
     files = [f for d in (wandb_dir, Path.home() / ".cache" / "wandb") for f in d.rglob("*") if f.is_file()]
@@ -488,3 +489,41 @@ def test_with_an_entity_every_map_item_requests_the_secret_and_links_to_its_run(
     assert WANDB_KEY not in completed.stdout + completed.stderr
     (run,) = offline_runs(tmp_path / "wandb-dir").values()
     assert run["name"] == "a#0" and run["exit_code"] == 0
+
+
+def _a_result() -> RunResult:
+    run = planned("unreachable")
+    return RunResult(run.condition_id, 0, [], run.training_args, "ok", metrics={"tokens_per_second": 1.0})
+
+
+def test_an_unreachable_server_is_found_in_seconds_and_the_run_logged_offline(wandb_dir, monkeypatch):
+    import time
+
+    from tasks import wandb_runs as task_wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    tracking.unreachable.cache_clear()
+    result = _a_result()
+    started = time.monotonic()
+    logged = task_wandb.log_to_wandb(result)
+    assert time.monotonic() - started < 30  # not W&B's own 90 s wait
+    assert logged is not None and logged.mode == "offline"
+    assert result.details["wandb"].startswith("logged offline: 127.0.0.1:9 unreachable")
+    assert result.problems == []  # nothing lost: `wandb sync` uploads it later
+    assert WANDB_KEY not in json.dumps(result.details)
+
+
+def test_an_unreachable_server_on_a_cluster_leaves_the_run_unlogged_and_says_so(wandb_dir, monkeypatch):
+    from tasks import wandb_runs as task_wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(task_wandb, "_is_remote", lambda: True)
+    tracking.unreachable.cache_clear()
+    result = _a_result()
+    assert task_wandb.log_to_wandb(result) is None
+    (problem,) = result.problems
+    assert problem.startswith("W&B: the run was not logged (127.0.0.1:9 unreachable")

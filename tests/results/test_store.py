@@ -137,3 +137,16 @@ def test_the_key_changes_with_settings_hardware_software_and_run_number(monkeypa
 def test_the_software_in_the_key_names_the_packages_that_change_numbers():
     versions = store_module.software_versions()
     assert {"torch", "triton", "transformers", "trl", "peft", "liger-kernel"} <= set(versions)
+
+
+def test_a_setting_equal_to_a_secret_is_never_stored_in_clear(tmp_path, monkeypatch):
+    secret = "hf_PASTEDtokenVALUE0123456789"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    result = a_result(tmp_path)
+    result.training_args = dataclasses.replace(result.training_args, dataset_name=f"someone/{secret}")
+    result.reason = f"could not load someone/{secret}"
+    store = ResultStore(str(tmp_path / "store"))
+    store.save("k1", result, identity={"training_args": dataclasses.asdict(result.training_args)})
+    for path in (tmp_path / "store" / "k1").iterdir():
+        assert secret not in path.read_text(), path.name
+    assert store.load("k1", tmp_path / "reuse").reason == "could not load someone/[redacted]"
