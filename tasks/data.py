@@ -6,8 +6,10 @@ from flytekit import current_context, task
 from flytekit.core.promise import Promise
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources.datasets import prepare_dataset
 from finetune_bench.sources.models import prepare_model
+from finetune_bench.sources.versions import SourceVersions, source_versions
 from images import training_image
 from tasks.settings import (
     DOWNLOAD_CACHE_VERSION,
@@ -42,8 +44,11 @@ def download_dataset(
     synthetic_max_words: int,
     dataset_config: str,
     synthetic_length_distribution: str,
+    version: str = "",
 ) -> FlyteDirectory:
-    """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format)."""
+    """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format).
+    `version` (see `identify_sources`) is part of the cache key: an edited local dataset, or a prepared copy
+    that is gone, is prepared again instead of served from the cache."""
     path = prepare_dataset(
         dataset_name,
         split=dataset_split,
@@ -66,16 +71,27 @@ def download_dataset(
     secret_requests=HF_SECRETS,
     environment=REGISTRATION_ENV,
 )
-def download_model(model_name: str) -> FlyteDirectory:
-    """Fetch the model (hub id), use a local one, or write a random-init one, as a directory."""
+def download_model(model_name: str, version: str = "") -> FlyteDirectory:
+    """Fetch the model (hub id), use a local one, or write a random-init one, as a directory. `version` (see
+    `identify_sources`) is part of the cache key."""
     path = prepare_model(model_name, hf_token=_hf_token())
     logger.info("model %s ready at %s", model_name, path)
     return FlyteDirectory(str(path))
 
 
-def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, Promise]:
+@task(container_image=training_image, requests=DOWNLOAD_RESOURCES)
+def identify_sources(training_args: TrainingArgs) -> SourceVersions:
+    """The versions of the dataset and the model (never cached: it reads local sources and the cache
+    directory each time, downloading nothing)."""
+    return source_versions(training_args)
+
+
+def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, Promise, Promise]:
     """In a workflow: the dataset and the model of `training_args` (a workflow input), downloaded once
-    `after` (the node that validates the inputs) has succeeded, so nothing is fetched for bad inputs."""
+    `after` (the node that validates the inputs) has succeeded, so nothing is fetched for bad inputs; and
+    their versions (`SourceVersions`), which the results store's keys include."""
+    versions = identify_sources(training_args=training_args)
+    after >> versions
     dataset_dir = download_dataset(
         dataset_name=training_args.dataset_name,
         dataset_split=training_args.dataset_split,
@@ -84,8 +100,7 @@ def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, P
         synthetic_max_words=training_args.synthetic_max_words,
         dataset_config=training_args.dataset_config,
         synthetic_length_distribution=training_args.synthetic_length_distribution,
+        version=versions.dataset_cache_key,
     )
-    model_dir = download_model(model_name=training_args.model_name)
-    after >> dataset_dir
-    after >> model_dir
-    return dataset_dir, model_dir
+    model_dir = download_model(model_name=training_args.model_name, version=versions.model_cache_key)
+    return dataset_dir, model_dir, versions

@@ -19,6 +19,7 @@ from finetune_bench.inputs.validation import check_writable_location, validate_r
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_or_reuse
 from finetune_bench.sources.cache import default_results_store
+from finetune_bench.sources.versions import SourceVersions
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV
 from tasks.records import TrainOutput
@@ -98,6 +99,7 @@ def train_condition(
     condition_timeout_s: int,
     results_store: str,
     force_fresh: bool,
+    sources: SourceVersions | None = None,
 ) -> TrainOutput:
     """Train one run in a fresh child process; its failure (OOM, crash, timeout) is its result.
 
@@ -114,6 +116,7 @@ def train_condition(
         work_dir=work_dir,
         timeout_s=condition_timeout_s,
         force_fresh=force_fresh,
+        sources={"dataset": sources.dataset, "model": sources.model} if sources else {},
     )
     log_to_wandb(result)
     return TrainOutput(result=result, steps=FlyteFile(result.steps_file) if result.steps_file else None)

@@ -13,6 +13,7 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import download_sources
@@ -32,12 +33,14 @@ def run_benchmark(
     condition_timeout_s: int,
     results_store: str,
     force_fresh: bool,
+    sources: SourceVersions | None = None,
 ) -> list[TrainOutput | None]:
     """Fan the training task out over every planned run."""
     train = partial(
         train_condition,
         dataset_dir=dataset_dir,
         model_dir=model_dir,
+        sources=sources,
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
         force_fresh=force_fresh,
@@ -75,11 +78,12 @@ def benchmarking_experiment(
         alpha=alpha,
         results_store=results_store,
     )
-    dataset_dir, model_dir = download_sources(training_args, after=planned)
+    dataset_dir, model_dir, sources = download_sources(training_args, after=planned)
     outputs = run_benchmark(
         planned=planned,
         dataset_dir=dataset_dir,
         model_dir=model_dir,
+        sources=sources,
         concurrency=concurrency,
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,

@@ -87,7 +87,7 @@ def memory_frontier(
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
     )
-    dataset_dir, model_dir = download_sources(training_args, after=searches)
+    dataset_dir, model_dir, sources = download_sources(training_args, after=searches)
     results = run_searches(
         searches=searches,
         dataset_dir=dataset_dir,
@@ -102,6 +102,7 @@ def memory_frontier(
         planned=planned,
         dataset_dir=dataset_dir,
         model_dir=model_dir,
+        sources=sources,
         concurrency=concurrency,
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,

@@ -92,10 +92,12 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def run_identity(run: PlannedRun, hardware: str) -> dict:
-    """Everything that decides a run's outcome (what its key hashes, kept in its manifest)."""
+def run_identity(run: PlannedRun, hardware: str, sources: dict[str, str] | None = None) -> dict:
+    """Everything that decides a run's outcome (what its key hashes, kept in its manifest); `sources`: the
+    versions of the dataset and the model (a local source's content among them)."""
     return {
         "training_args": dataclasses.asdict(run.training_args),
+        "sources": dict(sources or {}),
         "run_number": run.run_number,
         "hardware": hardware,
         "software": software_versions(),
@@ -103,10 +105,14 @@ def run_identity(run: PlannedRun, hardware: str) -> dict:
     }
 
 
-def run_key(run: PlannedRun, hardware: str) -> str:
-    """The store key of `run` on `hardware`: a hash of `run_identity`."""
-    identity = run_identity(run, hardware)
+def identity_key(identity: dict) -> str:
+    """The store key of a run's identity (`run_identity`)."""
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def run_key(run: PlannedRun, hardware: str, sources: dict[str, str] | None = None) -> str:
+    """The store key of `run` on `hardware` with `sources`: a hash of `run_identity`."""
+    return identity_key(run_identity(run, hardware, sources))
 
 
 def _sha256(data: bytes) -> str:

@@ -27,8 +27,8 @@ from finetune_bench.results.store import (
     ResultStore,
     StoreError,
     hardware_fingerprint,
+    identity_key,
     run_identity,
-    run_key,
 )
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.faults import RUN_ENV
@@ -245,9 +245,11 @@ def run_or_reuse(
     work_dir: Path,
     timeout_s: float,
     force_fresh: bool = False,
+    sources: dict[str, str] | None = None,
 ) -> RunResult:
-    """The stored result of `run` (same settings, run number, hardware, software and measuring code) unless
+    """The stored result of `run` (same settings, sources, run number, hardware, software and measuring code) unless
     `force_fresh`; else train it in a child process (`run_in_child`) and store the result as soon as it ends.
+    `sources`: the versions of the dataset and the model (`finetune_bench.sources.versions`), part of the key.
 
     The store never costs a measurement: an entry that does not match its checksums is reported and measured
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
@@ -256,7 +258,8 @@ def run_or_reuse(
     # Held from the lookup to the save: a grid started beside this one on the same machine waits, then reuses
     # this run instead of measuring it at the same time on the same device.
     with device_lock(hardware) as waited_s:
-        result = _run_or_reuse(run, store, dataset_dir, model_dir, work_dir, timeout_s, force_fresh, hardware)
+        identity = run_identity(run, hardware, sources or {})
+        result = _run_or_reuse(run, store, dataset_dir, model_dir, work_dir, timeout_s, force_fresh, identity)
     if waited_s >= 1:
         result.details["waited_for_device_s"] = f"{waited_s:.0f}"
     return result
@@ -270,9 +273,9 @@ def _run_or_reuse(
     work_dir: Path,
     timeout_s: float,
     force_fresh: bool,
-    hardware: str,
+    identity: dict,
 ) -> RunResult:
-    key = run_key(run, hardware)
+    key = identity_key(identity)
     name = f"{run.condition_id} run {run.run_number}"
     problems, notes = [], {}
     result = None
@@ -292,7 +295,7 @@ def _run_or_reuse(
     result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
     result.details.update(notes)
     try:
-        store.save(key, result, identity=run_identity(run, hardware))
+        store.save(key, result, identity=identity)
     except StoreError as exc:
         logger.error("%s: %s", name, exc)
         problems.append(f"results store: {exc}; this run is not kept, a re-run of the grid measures it again")

@@ -1,8 +1,9 @@
 """Datasets: generated offline, a local file or directory, or a hub id; saved with their format recorded,
 and loaded back as prompt/completion pairs."""
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,15 +39,64 @@ def prepare_dataset(
 
     - `synthetic:alpaca`: generated alpaca-format records (offline), response lengths drawn from
       `synthetic_length_distribution`.
-    - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file.
+    - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file, keyed on its content (an
+      edited file is read again).
     - anything else: a hub id, fetched with `datasets.load_dataset(dataset_name, config, split=split)`;
       `config` empty means the registry's default for a dataset it knows (gsm8k: "main"), else none.
 
     The directory records the dataset's format (`SOURCE_FILE`), found by hub id or by columns: a
     dataset in no known format fails here, before any training.
     """
-    import datasets
+    destination, build = _dataset_plan(
+        dataset_name,
+        split,
+        synthetic_num_examples,
+        synthetic_min_words,
+        synthetic_max_words,
+        hf_token,
+        root,
+        config,
+        synthetic_length_distribution,
+    )
+    return build_into(destination, build)
 
+
+def dataset_destination(
+    dataset_name: str,
+    split: str = "train",
+    synthetic_num_examples: int = 256,
+    synthetic_min_words: int = 8,
+    synthetic_max_words: int = 48,
+    config: str = "",
+    synthetic_length_distribution: str = "uniform",
+) -> Path:
+    """Where `prepare_dataset` keeps `dataset_name` (its name says what it holds: the source, its parameters,
+    and a local source's content), without preparing it."""
+    return _dataset_plan(
+        dataset_name,
+        split,
+        synthetic_num_examples,
+        synthetic_min_words,
+        synthetic_max_words,
+        None,
+        None,
+        config,
+        synthetic_length_distribution,
+    )[0]
+
+
+def _dataset_plan(
+    dataset_name: str,
+    split: str = "train",
+    synthetic_num_examples: int = 256,
+    synthetic_min_words: int = 8,
+    synthetic_max_words: int = 48,
+    hf_token: str | None = None,
+    root: Path | None = None,
+    config: str = "",
+    synthetic_length_distribution: str = "uniform",
+) -> tuple[Path, Callable[[Path], None]]:
+    """Where `dataset_name` is prepared, and the function that prepares it there (see `prepare_dataset`)."""
     root = root or cache_root() / "datasets"
     if dataset_name.startswith(SYNTHETIC_PREFIX):
         fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
@@ -65,6 +115,8 @@ def prepare_dataset(
         }
 
         def generate(d: Path) -> None:
+            import datasets
+
             records = generate_alpaca_records(
                 synthetic_num_examples,
                 synthetic_min_words,
@@ -73,12 +125,14 @@ def prepare_dataset(
             )
             _save(datasets.Dataset.from_list(records), d, dataset_name, {"split": "generated", **params})
 
-        return build_into(root / slug(dataset_name, params), generate)
+        return root / slug(dataset_name, params), generate
 
     local = Path(dataset_name).expanduser()
     if local.exists():
 
         def load_local(d: Path) -> None:
+            import datasets
+
             if local.is_dir():
                 loaded = datasets.load_from_disk(str(local))
                 if isinstance(loaded, datasets.DatasetDict):
@@ -90,17 +144,34 @@ def prepare_dataset(
                 loaded = datasets.load_dataset(builder, data_files=str(local), split="train")
             _save(loaded, d, str(local.resolve()), {"split": split})
 
-        return build_into(root / slug(str(local.resolve()), {"split": split}), load_local)
+        # Keyed on the content: an edited file or directory is read again, an unchanged one is not.
+        params = {"split": split, "content": content_digest(local)}
+        return root / slug(str(local.resolve()), params), load_local
 
     hub_config = default_config(dataset_name, config)
     # Without a config the slug is the one earlier versions wrote: their downloads stay valid.
     params = {"split": split, "config": hub_config} if hub_config else {"split": split}
 
     def fetch(d: Path) -> None:
+        import datasets
+
         loaded = datasets.load_dataset(dataset_name, hub_config, split=split, token=hf_token)
         _save(loaded, d, dataset_name, params)
 
-    return build_into(root / slug(dataset_name, params), fetch)
+    return root / slug(dataset_name, params), fetch
+
+
+def content_digest(path: Path) -> str:
+    """A hash of the names and bytes of `path` (a file, or every file below a directory)."""
+    path = Path(path).expanduser()
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def _save(dataset: "datasets.Dataset", dest: Path, dataset_name: str, params: dict) -> None:

@@ -1,6 +1,7 @@
 """Models: a bundled architecture built at random (no download), a local directory, or a hub id."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config
@@ -21,19 +22,33 @@ def prepare_model(model_name: str, hf_token: str | None = None, root: Path | Non
     - an existing local directory: used in place.
     - anything else: a hub id, fetched with `huggingface_hub.snapshot_download`.
     """
+    destination, build = _model_plan(model_name, hf_token, root)
+    if build is None:  # a local directory, used in place
+        if not (destination / "config.json").is_file():
+            raise ValueError(f"model_name {model_name!r} is a local path without a config.json")
+        return destination
+    return build_into(destination, build)
+
+
+def model_destination(model_name: str) -> Path:
+    """Where `prepare_model` keeps (or finds) `model_name`, without preparing it."""
+    return _model_plan(model_name, None, None)[0]
+
+
+def _model_plan(model_name: str, hf_token: str | None, root: Path | None) -> tuple[Path, Callable[[Path], None] | None]:
+    """Where the model is kept, and the function that prepares it there (None: a local directory)."""
     root = root or cache_root() / "models"
     if model_name.startswith(RANDOM_PREFIX):
         arch = model_name.removeprefix(RANDOM_PREFIX)
         config_dict = architecture_config(arch)
-        return build_into(root / slug(model_name, config_dict), lambda d: _write_random_model(d, arch, config_dict))
+        return root / slug(model_name, config_dict), lambda d: _write_random_model(d, arch, config_dict)
     local = Path(model_name).expanduser()
     if local.exists():
-        if not (local / "config.json").is_file():
-            raise ValueError(f"model_name {model_name!r} is a local path without a config.json")
-        return local.resolve()
-    from huggingface_hub import snapshot_download
+        return local.resolve(), None
 
     def fetch(d: Path) -> None:
+        from huggingface_hub import snapshot_download
+
         snapshot_download(
             repo_id=model_name,
             local_dir=d,
@@ -41,7 +56,7 @@ def prepare_model(model_name: str, hf_token: str | None = None, root: Path | Non
             allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"],
         )
 
-    return build_into(root / slug(model_name, {}), fetch)
+    return root / slug(model_name, {}), fetch
 
 
 def _write_random_model(dest: Path, arch: str, config_dict: dict) -> None:

@@ -149,6 +149,7 @@ def run_grid(runs: list[PlannedRun], model_dir: Path, dataset_dir: Path, store: 
         condition_timeout_s=300,
         results_store=str(store),
         force_fresh=True,
+        sources=None,
     )
     return map_task(train, concurrency=1, min_success_ratio=1.0)(planned_run=runs)
 

@@ -123,12 +123,14 @@ def test_problems_of_the_attempt_are_not_stored(tmp_path):
     assert store.load("k1", tmp_path / "reuse").problems == []
 
 
-def test_the_key_changes_with_settings_hardware_software_and_run_number(monkeypatch):
+def test_the_key_changes_with_settings_sources_hardware_software_and_run_number(monkeypatch):
     base = run_key(a_run(), "NVIDIA H100 80GB HBM3 driver 580.1")
     assert run_key(a_run(), "NVIDIA H100 80GB HBM3 driver 580.1") == base
     assert run_key(a_run(learning_rate=1e-4), "NVIDIA H100 80GB HBM3 driver 580.1") != base
     assert run_key(a_run(), "NVIDIA H100 80GB HBM3 driver 590.2") != base
     assert run_key(dataclasses.replace(a_run(), run_number=1), "NVIDIA H100 80GB HBM3 driver 580.1") != base
+    edited = {"dataset": "mine.jsonl-2f1c", "model": "my-model-9a0b"}
+    assert run_key(a_run(), "NVIDIA H100 80GB HBM3 driver 580.1", edited) != base
     versions = dict(store_module.software_versions())
     monkeypatch.setattr(store_module, "software_versions", lambda: {**versions, "liger-kernel": "0.0.1"})
     assert run_key(a_run(), "NVIDIA H100 80GB HBM3 driver 580.1") != base

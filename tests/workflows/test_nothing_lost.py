@@ -18,13 +18,16 @@ def test_a_store_that_cannot_keep_runs_fails_the_execution_after_the_outputs(tmp
     from finetune_bench.inputs.plan import plan_runs
     from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
     from finetune_bench.results.store import hardware_fingerprint, run_key
+    from finetune_bench.sources.versions import source_versions
 
     # A store that passes the checks before the run (a directory that takes files), whose entry for the one
     # run cannot be written: a file stands where the entry's folder goes.
     store = tmp_path / "store"
     store.mkdir()
     (run,) = plan_runs(ExperimentArgs(**json.loads(BASELINE_ONLY)), TrainingArgs(), 1)
-    (store / run_key(run, hardware_fingerprint())).write_text("")
+    versions = source_versions(run.training_args)
+    sources = {"dataset": versions.dataset, "model": versions.model}
+    (store / run_key(run, hardware_fingerprint(), sources)).write_text("")
     export = tmp_path / "export"
     env = dict(os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export))
     pyflyte = Path(sys.executable).parent / "pyflyte"

@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.sources.versions import SourceVersions
 from tests.workflows import browser
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -209,11 +210,12 @@ def test_dynamic_body_compiles_to_a_map_over_every_run():
             condition_timeout_s=60,
             results_store="s3://bucket/results",
             force_fresh=False,
+            sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
         )
     (node,) = spec.nodes
     array = node.array_node.to_flyte_idl()
     assert array.parallelism == 3
     assert array.min_success_ratio == pytest.approx(0.25)
-    bound = {"dataset_dir", "model_dir", "condition_timeout_s", "results_store", "force_fresh"}
+    bound = {"dataset_dir", "model_dir", "condition_timeout_s", "results_store", "force_fresh", "sources"}
     assert set(array.bound_inputs) == bound
     assert [t.id.name for t in spec.tasks][0].startswith("tasks.train.map_train_condition")

@@ -1,0 +1,68 @@
+"""Sources are keyed on what they hold: an edited local dataset is read again, a deleted cache directory is
+prepared again (Flyte's download cache never serves a path that is gone), and the versions that the
+results store's keys include change with a local source's content."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.sources.datasets import load_prompt_completion, prepare_dataset
+from finetune_bench.sources.versions import source_versions
+
+
+def alpaca_rows(n: int) -> str:
+    return "".join(json.dumps({"instruction": f"Say {i}.", "input": "", "output": f"{i}"}) + "\n" for i in range(n))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(directory))
+    return directory
+
+
+def test_an_edited_local_dataset_is_read_again(cache_dir, tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text(alpaca_rows(2))
+    first = source_versions(TrainingArgs(dataset_name=str(data)))
+    assert len(load_prompt_completion(prepare_dataset(str(data)))) == 2
+    data.write_text(alpaca_rows(3))
+    second = source_versions(TrainingArgs(dataset_name=str(data)))
+    assert second.dataset != first.dataset and second.dataset_cache_key != first.dataset_cache_key
+    assert len(load_prompt_completion(prepare_dataset(str(data)))) == 3
+
+
+def test_a_missing_prepared_copy_gets_a_fresh_cache_key_and_a_present_one_a_stable_one(cache_dir):
+    args = TrainingArgs(synthetic_num_examples=8)
+    missing = [source_versions(args).dataset_cache_key for _ in range(2)]
+    assert missing[0] != missing[1] and missing[0].startswith(source_versions(args).dataset + "#missing-")
+    prepare_dataset("synthetic:alpaca", synthetic_num_examples=8)
+    assert source_versions(args).dataset_cache_key == source_versions(args).dataset
+
+
+def test_a_local_model_edited_in_place_has_a_new_version(tmp_path, tiny_model_dir):
+    model = tmp_path / "my-model"
+    shutil.copytree(tiny_model_dir, model)
+    before = source_versions(TrainingArgs(model_name=str(model))).model
+    (model / "config.json").write_text((model / "config.json").read_text().replace("}", ', "edited": 1}', 1))
+    after = source_versions(TrainingArgs(model_name=str(model)))
+    assert after.model != before and after.model_cache_key == after.model
+
+
+def test_flytes_download_cache_serves_no_deleted_directory(cache_dir):
+    """The download task is cached by Flyte; its version input makes the cache miss once the prepared copy
+    is gone (the same key would return the deleted path)."""
+    from tasks import data
+
+    args = TrainingArgs(model_name="random:tiny-mistral")
+    first = data.identify_sources(training_args=args)
+    model_dir = data.download_model(model_name=args.model_name, version=first.model_cache_key)
+    assert (Path(model_dir.path) / "config.json").is_file()
+    shutil.rmtree(cache_dir)
+    again = data.identify_sources(training_args=args)
+    assert again.model_cache_key != first.model_cache_key
+    model_dir = data.download_model(model_name=args.model_name, version=again.model_cache_key)
+    assert (Path(model_dir.path) / "config.json").is_file()
