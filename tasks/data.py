@@ -1,11 +1,15 @@
 """Cached download tasks: a dataset and a model, each as a directory."""
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
+import click
 from flytekit import current_context, task
 from flytekit.core.promise import Promise
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources.datasets import prepare_dataset
 from finetune_bench.sources.models import prepare_model
@@ -20,6 +24,20 @@ from tasks.settings import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class SourceUnavailable(click.ClickException):
+    """A model or dataset that cannot be fetched or read (no such hub id, no access, a file datasets cannot
+    load). A click error: the CLI prints it in a few lines, without a traceback."""
+
+
+@contextlib.contextmanager
+def _source_errors(kind: str, name: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:  # whatever the hub, the network or `datasets` raised: said in one line
+        message = redact(f"the {kind} {name!r} could not be prepared: {type(exc).__name__}: {exc}")
+        raise SourceUnavailable(message.splitlines()[0] if message.strip() else message) from exc
 
 
 def _hf_token() -> str | None:
@@ -49,16 +67,17 @@ def download_dataset(
     """Fetch or generate the dataset into a persistent directory (`datasets.save_to_disk` format).
     `version` (see `identify_sources`) is part of the cache key: an edited local dataset, or a prepared copy
     that is gone, is prepared again instead of served from the cache."""
-    path = prepare_dataset(
-        dataset_name,
-        split=dataset_split,
-        synthetic_num_examples=synthetic_num_examples,
-        synthetic_min_words=synthetic_min_words,
-        synthetic_max_words=synthetic_max_words,
-        hf_token=_hf_token(),
-        config=dataset_config,
-        synthetic_length_distribution=synthetic_length_distribution,
-    )
+    with _source_errors("dataset", dataset_name):
+        path = prepare_dataset(
+            dataset_name,
+            split=dataset_split,
+            synthetic_num_examples=synthetic_num_examples,
+            synthetic_min_words=synthetic_min_words,
+            synthetic_max_words=synthetic_max_words,
+            hf_token=_hf_token(),
+            config=dataset_config,
+            synthetic_length_distribution=synthetic_length_distribution,
+        )
     logger.info("dataset %s ready at %s", dataset_name, path)
     return FlyteDirectory(str(path))
 
@@ -74,7 +93,8 @@ def download_dataset(
 def download_model(model_name: str, version: str = "") -> FlyteDirectory:
     """Fetch the model (hub id), use a local one, or write a random-init one, as a directory. `version` (see
     `identify_sources`) is part of the cache key."""
-    path = prepare_model(model_name, hf_token=_hf_token())
+    with _source_errors("model", model_name):
+        path = prepare_model(model_name, hf_token=_hf_token())
     logger.info("model %s ready at %s", model_name, path)
     return FlyteDirectory(str(path))
 

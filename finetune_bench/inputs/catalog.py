@@ -5,6 +5,7 @@ Also the checks that a model or dataset name can be found, run before anything i
 """
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,8 @@ SYNTHETIC_LENGTH_DISTRIBUTIONS = ("uniform", "fixed", "normal", "lognormal")
 # Model names: `random:<architecture>` builds a random-init model from a bundled config (no download).
 RANDOM_PREFIX = "random:"
 ARCHITECTURES_DIR = Path(__file__).resolve().parent.parent / "architectures"
+# Local dataset files `datasets` can load, by suffix (a directory is a `save_to_disk` one).
+LOCAL_DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # Dataset names: `synthetic:<format>` is generated offline.
 SYNTHETIC_PREFIX = "synthetic:"
 SYNTHETIC_FORMATS = ("alpaca",)
@@ -109,8 +112,16 @@ def check_model_name(model_name: str) -> None:
             raise SpecError(
                 f"training_args.model_name: no bundled architecture {arch!r}{closest(arch, known)}; known: {known}"
             )
-    elif looks_like_path(model_name) and not Path(model_name).expanduser().exists():
-        raise SpecError(f"training_args.model_name: the local path {model_name!r} does not exist")
+    elif looks_like_path(model_name):
+        path = Path(model_name).expanduser()
+        if not path.exists():
+            raise SpecError(f"training_args.model_name: the local path {model_name!r} does not exist")
+        if not (path.is_dir() and (path / "config.json").is_file()):
+            raise SpecError(
+                f"training_args.model_name: {model_name!r} is not a model directory (a directory with a config.json)"
+            )
+        if not os.access(path / "config.json", os.R_OK):
+            raise SpecError(f"training_args.model_name: {model_name!r} cannot be read")
 
 
 def check_dataset(dataset_name: str, config: str, split: str) -> None:
@@ -125,8 +136,16 @@ def check_dataset(dataset_name: str, config: str, split: str) -> None:
             )
         return
     if looks_like_path(dataset_name):
-        if not Path(dataset_name).expanduser().exists():
+        path = Path(dataset_name).expanduser()
+        if not path.exists():
             raise SpecError(f"training_args.dataset_name: the local path {dataset_name!r} does not exist")
+        if path.is_file() and path.suffix not in LOCAL_DATASET_SUFFIXES:
+            raise SpecError(
+                f"training_args.dataset_name: {dataset_name!r} is neither a `datasets.save_to_disk` directory nor a "
+                f"file of {list(LOCAL_DATASET_SUFFIXES)}"
+            )
+        if not os.access(path, os.R_OK):
+            raise SpecError(f"training_args.dataset_name: {dataset_name!r} cannot be read")
         return
     known = known_dataset(dataset_name)
     if known is None:

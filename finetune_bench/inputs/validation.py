@@ -14,6 +14,7 @@ from finetune_bench.inputs.catalog import (
     BITSANDBYTES_OPTIMIZERS,
     LORA_BACKENDS,
     PACKING_BACKENDS,
+    SYNTHETIC_PREFIX,
     model_type,
 )
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
@@ -121,6 +122,13 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"use packing false with {backend!r}"
         )
     _check_lora_and_optimizer(training_args, where)
+    batch = training_args.per_device_train_batch_size
+    generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
+    if generated and not training_args.packing and training_args.synthetic_num_examples < batch:
+        raise SpecError(
+            f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below one batch of "
+            f"per_device_train_batch_size {batch}{where}: a batch cannot hold more examples than the dataset has"
+        )
     arm = parse_arm(training_args.arm)
     if arm.liger:
         kind = model_type(training_args.model_name)

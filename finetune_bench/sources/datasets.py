@@ -139,6 +139,7 @@ def _dataset_plan(
                     loaded = loaded[split]
             else:
                 builder = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}.get(local.suffix)
+                # (the suffixes of `LOCAL_DATASET_SUFFIXES`, checked before anything runs)
                 if builder is None:
                     raise ValueError(f"dataset_name {dataset_name!r}: unsupported file type {local.suffix!r}")
                 loaded = datasets.load_dataset(builder, data_files=str(local), split="train")

@@ -66,3 +66,16 @@ def test_flytes_download_cache_serves_no_deleted_directory(cache_dir):
     assert again.model_cache_key != first.model_cache_key
     model_dir = data.download_model(model_name=args.model_name, version=again.model_cache_key)
     assert (Path(model_dir.path) / "config.json").is_file()
+
+
+def test_a_model_that_cannot_be_fetched_is_one_clear_error(cache_dir, monkeypatch):
+    import click
+
+    from tasks import data
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(click.ClickException) as error:
+        data.download_model(model_name="no-such-org/no-such-model", version="v")
+    message = error.value.format_message()
+    assert message.startswith("the model 'no-such-org/no-such-model' could not be prepared: ")
+    assert "\n" not in message

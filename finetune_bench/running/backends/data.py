@@ -139,3 +139,21 @@ def check_packing_isolates_examples(model: torch.nn.Module) -> None:
             f"{attention!r}): a packed example's logits moved by {difference:.3g} when the example before it "
             "changed. Run it with packing false."
         )
+
+
+class NotOneBatch(ValueError):
+    """The dataset cannot fill one batch: training on fewer sequences than the batch is labelled with
+    would be a lie."""
+
+
+def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int) -> None:
+    """Fail unless `usable_examples` fill at least one batch of `batch_size` (a run never trains a batch
+    smaller than it says). No usable example at all usually means every prompt fills `max_seq_length`."""
+    if usable_examples >= batch_size:
+        return
+    hint = (
+        f": every example's prompt fills max_seq_length {max_seq_length}, leaving nothing to learn from"
+        if usable_examples == 0
+        else ""
+    )
+    raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}{hint}")

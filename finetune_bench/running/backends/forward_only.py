@@ -20,7 +20,7 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import run_details
-from finetune_bench.running.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.plain_loop import LossFunction, load_for_criterion, loss_function
 from finetune_bench.sources.datasets import load_prompt_completion
 
@@ -67,10 +67,7 @@ def train(
         collate_fn=lambda rows: collate(rows, tokenizer.pad_token_id),
         pin_memory=device.type == "cuda",
     )
-    if len(loader) == 0:
-        raise ValueError(
-            f"the dataset has {len(data)} usable examples, fewer than one batch of {args.per_device_train_batch_size}"
-        )
+    require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     batches = itertools.chain.from_iterable(itertools.repeat(loader))
 
     checksum_before = parameter_checksum(model)  # outside the timed steps

@@ -16,7 +16,7 @@ import torch
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
-from finetune_bench.running.backends.data import collate, tokenize_prompt_completion
+from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
 from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.running.liger_patching import loss_path
@@ -44,6 +44,7 @@ def train(
     # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
     path = loss_path(loaded.model)
     data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length)
+    require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     trainer = recording_trainer(Trainer, recorder)(
         model=loaded.model,
         args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),

@@ -31,6 +31,7 @@ from finetune_bench.running.backends.data import (
     collate,
     collate_packed,
     pack,
+    require_one_batch,
     tokenize_prompt_completion,
 )
 from finetune_bench.running.liger_patching import loss_path
@@ -159,10 +160,7 @@ def train(
         collate_fn=collate_rows,
         pin_memory=device.type == "cuda",
     )
-    if len(loader) == 0:
-        raise ValueError(
-            f"the dataset has {len(data)} usable examples, fewer than one batch of {args.per_device_train_batch_size}"
-        )
+    require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     batches = itertools.chain.from_iterable(itertools.repeat(loader))
     optimizer = build_optimizer(args, model, work_dir)
     scheduler = get_scheduler(

@@ -33,6 +33,8 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         fp16=dtype == torch.float16,
         gradient_checkpointing=args.gradient_checkpointing,
         use_cpu=device.type == "cpu",
+        # Every batch full (as the plain loop's): a step never trains fewer sequences than its batch size says.
+        dataloader_drop_last=True,
         logging_steps=1,
         # transformers replaces a NaN/inf loss in its logs by the window's mean by default: we want to see it
         logging_nan_inf_filter=False,

@@ -16,7 +16,7 @@ import torch
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
-from finetune_bench.running.backends.data import check_packing_isolates_examples
+from finetune_bench.running.backends.data import check_packing_isolates_examples, require_one_batch
 from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.running.liger_patching import loss_path
 from finetune_bench.sources.datasets import load_prompt_completion
@@ -59,6 +59,8 @@ def train(
         trainer_class = ModelLossSFTTrainer
     recorder.attach_model(loaded.model)
     dataset = load_prompt_completion(dataset_dir)
+    if not args.packing:  # packed, several examples share a row: TRL counts the rows
+        require_one_batch(len(dataset), args.per_device_train_batch_size, args.max_seq_length)
     if args.packing:
         check_packing_isolates_examples(loaded.model)
     config = SFTConfig(
