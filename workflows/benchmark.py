@@ -17,9 +17,13 @@ from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import download_sources
+from tasks.inputs_yaml import require_unique_keys
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
 from tasks.train import plan_benchmark, train_condition
+
+# Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
+require_unique_keys()
 
 
 # The map task is built in this node's pod: it needs the settings the train task was registered with.

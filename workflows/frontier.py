@@ -29,8 +29,12 @@ from tasks.frontier import (
     report_frontier,
     search_memory_frontier,
 )
+from tasks.inputs_yaml import require_unique_keys
 from tasks.settings import REGISTRATION_ENV
 from workflows.benchmark import run_benchmark
+
+# Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
+require_unique_keys()
 
 
 @dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)

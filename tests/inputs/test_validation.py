@@ -105,3 +105,17 @@ def test_a_problem_never_echoes_a_secret_of_the_environment(monkeypatch, tmp_pat
     monkeypatch.setenv("WANDB_API_KEY", secret)
     (found,) = problems_of(lambda: plan_runs(ExperimentArgs(), TrainingArgs(model_name=f"./{secret}"), 1))
     assert secret not in found and found == "training_args.model_name: the local path './[redacted]' does not exist"
+
+
+def test_every_bundled_inputs_file_has_unique_keys():
+    from pathlib import Path
+
+    import yaml
+
+    from tasks.inputs_yaml import require_unique_keys
+
+    require_unique_keys()
+    for path in sorted((Path(__file__).resolve().parents[2] / "inputs").glob("*.yaml")):
+        assert isinstance(yaml.safe_load(path.read_text()), dict), path.name
+    with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
+        yaml.safe_load("a: 1\na: 2\n")
