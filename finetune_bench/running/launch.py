@@ -255,49 +255,38 @@ def run_or_reuse(
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
     in its `problems` (the grid then ends with a failing status)."""
     hardware = hardware_fingerprint()
+    identity = run_identity(run, hardware, sources or {})
+    key = identity_key(identity)
+    name = f"{run.condition_id} run {run.run_number}"
     # Held from the lookup to the save: a grid started beside this one on the same machine waits, then reuses
     # this run instead of measuring it at the same time on the same device.
     with device_lock(hardware) as waited_s:
-        identity = run_identity(run, hardware, sources or {})
-        result = _run_or_reuse(run, store, dataset_dir, model_dir, work_dir, timeout_s, force_fresh, identity)
+        result, problems, notes = (None, [], {}) if force_fresh else _stored(store, key, Path(work_dir), name)
+        if result is not None:
+            logger.info("%s: reused the stored result %s", name, key)
+            result.reused = True
+        else:
+            result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
+            result.details.update(notes)
+            try:
+                store.save(key, result, identity=identity)
+            except StoreError as exc:
+                logger.error("%s: %s", name, exc)
+                problems.append(f"results store: {exc}; this run is not kept, a re-run of the grid measures it again")
+            result.problems.extend(problems)
     if waited_s >= 1:
         result.details["waited_for_device_s"] = f"{waited_s:.0f}"
     return result
 
 
-def _run_or_reuse(
-    run: PlannedRun,
-    store: ResultStore,
-    dataset_dir: Path,
-    model_dir: Path,
-    work_dir: Path,
-    timeout_s: float,
-    force_fresh: bool,
-    identity: dict,
-) -> RunResult:
-    key = identity_key(identity)
-    name = f"{run.condition_id} run {run.run_number}"
-    problems, notes = [], {}
-    result = None
-    if not force_fresh:
-        try:
-            result = store.load(key, Path(work_dir))
-        except CorruptEntry as exc:
-            logger.warning("%s: results store %s; measuring it again", name, exc)
-            notes["results_store"] = f"replaced a corrupt stored entry ({exc})"
-        except StoreError as exc:
-            logger.error("%s: %s; measuring it again", name, exc)
-            problems.append(f"results store: {exc}; the run was measured again")
-    if result is not None:
-        logger.info("%s: reused the stored result %s", name, key)
-        result.reused = True
-        return result
-    result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
-    result.details.update(notes)
+def _stored(store: ResultStore, key: str, work_dir: Path, name: str) -> tuple[RunResult | None, list[str], dict]:
+    """The stored result of `key` (None when there is none to reuse), the problems reading it, and notes for
+    the run that replaces a corrupt entry."""
     try:
-        store.save(key, result, identity=identity)
+        return store.load(key, work_dir), [], {}
+    except CorruptEntry as exc:
+        logger.warning("%s: results store %s; measuring it again", name, exc)
+        return None, [], {"results_store": f"replaced a corrupt stored entry ({exc})"}
     except StoreError as exc:
-        logger.error("%s: %s", name, exc)
-        problems.append(f"results store: {exc}; this run is not kept, a re-run of the grid measures it again")
-    result.problems.extend(problems)
-    return result
+        logger.error("%s: %s; measuring it again", name, exc)
+        return None, [f"results store: {exc}; the run was measured again"], {}
