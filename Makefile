@@ -12,7 +12,7 @@ LOCK := requirements.lock
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 export FLYTECTL_CONFIG := $(CURDIR)/flyte-local.yaml
 
-.PHONY: demo test test-all run frontier install install-dev lint lock docs clean
+.PHONY: demo test test-all run plan frontier install install-dev lint lock docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,16 @@ run: $(VENV)/.installed
 
 demo:
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml
+
+# A dry run of the benchmark workflow: validates INPUTS and prints, per condition, the predicted peak memory and its
+# parts, whether it fits the GPU, the step time; then the GPU-hours and their cost. Nothing is downloaded or trained.
+#   make plan INPUTS=inputs/phi3_alpaca.yaml PLAN_ARGS="--gpu_kind H100 --gpu_hour_price 3.5"
+PLAN_ARGS ?= --gpu_kind H100
+plan: $(VENV)/.installed
+	@mkdir -p $(RUN_DIR)
+	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment \
+	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) 2>&1 | grep -v 'UserWarning\|parser = \|return super\|pieces = '
+	@echo "plan: $(abspath $(RUN_DIR))/plan.html"
 
 # The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit so that the
 # frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.

@@ -16,6 +16,14 @@ from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
+from finetune_bench.prediction.grid import (
+    check_plan_settings,
+    check_skip_has_target,
+    estimate_grid,
+    target_gpu,
+    with_predictions,
+)
+from finetune_bench.reporting.plan_report import plan_text
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_or_reuse
 from finetune_bench.sources.cache import default_results_store
@@ -30,8 +38,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# The training image: validation reads Liger's table of the model types it can patch.
-@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+# The training image: validation reads Liger's table of the model types it can patch. The registration settings:
+# the target GPU defaults to the train task's accelerator.
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_benchmark(
     experiment_args: ExperimentArgs,
     training_args: TrainingArgs,
@@ -41,14 +50,32 @@ def plan_benchmark(
     condition_timeout_s: int,
     alpha: float,
     results_store: str = "",
+    gpu_kind: str = "",
+    gpu_memory_gib: float = 0.0,
+    gpu_hour_price: float = 0.0,
+    skip_predicted_oom: bool = False,
 ) -> list[PlannedRun]:
-    """Validate the inputs (before anything is downloaded or trained) and list every run. Every problem is
-    reported at once, one line each (`pyflyte run` prints them without a traceback)."""
-    return checked(
+    """Validate the inputs (before anything is downloaded or trained) and list every run, each with its predicted
+    peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched). Every
+    problem is reported at once, one line each (`pyflyte run` prints them without a traceback). The plan (the
+    dry run's printout) goes to the task's log."""
+    planned = checked(
         lambda: plan_runs(experiment_args, training_args, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
+        lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom),
     )
+    estimate = estimate_grid(planned, target_gpu(gpu_kind, gpu_memory_gib), gpu_hour_price, skip_predicted_oom)
+    logger.info("the plan:\n%s", plan_text(estimate))
+    return with_predictions(planned, estimate, skip_predicted_oom)
+
+
+def check_prediction_settings(
+    gpu_kind: str, gpu_memory_gib: float, gpu_hour_price: float, skip_predicted_oom: bool
+) -> None:
+    """The target GPU and price inputs; a GPU's memory to compare with when sure OOMs are to be skipped."""
+    check_plan_settings(gpu_kind, gpu_memory_gib, gpu_hour_price)
+    check_skip_has_target(skip_predicted_oom, target_gpu(gpu_kind, gpu_memory_gib))
 
 
 class InvalidInputs(click.ClickException):

@@ -16,6 +16,7 @@ STAGES = (
     "inputs",
     "sources",
     "measuring",
+    "prediction",
     "results",
     "running",
     "integrations",

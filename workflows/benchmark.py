@@ -7,7 +7,7 @@ union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file 
 from functools import partial
 
 import pandas as pd
-from flytekit import dynamic, map_task, workflow
+from flytekit import conditional, dynamic, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
@@ -18,6 +18,7 @@ from images import analysis_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import download_sources
 from tasks.inputs_yaml import require_unique_keys
+from tasks.plan import report_plan
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
 from tasks.train import plan_benchmark, train_condition
@@ -53,35 +54,17 @@ def run_benchmark(
 
 
 @workflow
-def benchmarking_experiment(
-    experiment_args: ExperimentArgs = smoke_experiment(),
-    training_args: TrainingArgs = TrainingArgs(),
-    n_runs: int = 1,
-    concurrency: int = 4,
-    min_success_ratio: float = 0.1,
-    condition_timeout_s: int = 3600,
-    results_store: str = "",
-    force_fresh: bool = False,
-    alpha: float = 0.05,
+def measure_grid(
+    planned: list[PlannedRun],
+    training_args: TrainingArgs,
+    concurrency: int,
+    min_success_ratio: float,
+    condition_timeout_s: int,
+    results_store: str,
+    force_fresh: bool,
+    alpha: float,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
-    """Returns the results table (one row per condition × run), the per-step table, the HTML report, and a
-    directory holding the three as files (report.html, results and steps as Parquet and CSV).
-
-    Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
-    empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
-    same grid; `force_fresh` measures every run again. `alpha`: the significance level of each arm's test against
-    the baseline.
-    """
-    planned = plan_benchmark(
-        experiment_args=experiment_args,
-        training_args=training_args,
-        n_runs=n_runs,
-        concurrency=concurrency,
-        min_success_ratio=min_success_ratio,
-        condition_timeout_s=condition_timeout_s,
-        alpha=alpha,
-        results_store=results_store,
-    )
+    """Download the model and data, train every planned run, analyse and report."""
     dataset_dir, model_dir, sources = download_sources(training_args, after=planned)
     outputs = run_benchmark(
         planned=planned,
@@ -97,4 +80,78 @@ def benchmarking_experiment(
     results, steps, report, files, problems = analyze_results(planned=planned, outputs=outputs, alpha=alpha)
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
+    return results, steps, report, files
+
+
+@workflow
+def benchmarking_experiment(
+    experiment_args: ExperimentArgs = smoke_experiment(),
+    training_args: TrainingArgs = TrainingArgs(),
+    n_runs: int = 1,
+    concurrency: int = 4,
+    min_success_ratio: float = 0.1,
+    condition_timeout_s: int = 3600,
+    results_store: str = "",
+    force_fresh: bool = False,
+    alpha: float = 0.05,
+    dry_run: bool = False,
+    skip_predicted_oom: bool = False,
+    gpu_kind: str = "",
+    gpu_memory_gib: float = 0.0,
+    gpu_hour_price: float = 0.0,
+) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
+    """Returns the results table (one row per condition × run), the per-step table, the HTML report, and a
+    directory holding the three as files (report.html, results and steps as Parquet and CSV).
+
+    Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
+    empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
+    same grid; `force_fresh` measures every run again. `alpha`: the significance level of each arm's test against
+    the baseline.
+
+    Predictions (docs/prediction.md) are for `gpu_kind` (H100, H200, A100-80GB, ...; empty: the train task's
+    accelerator), with `gpu_memory_gib` overriding its memory. `dry_run` downloads and trains nothing: the
+    outputs are the plan (predicted peak memory, fits or not, step time per condition; GPU-hours and, with
+    `gpu_hour_price`, their cost). `skip_predicted_oom` records a sure out-of-memory as a `predicted_oom` result
+    without launching it.
+    """
+    planned = plan_benchmark(
+        experiment_args=experiment_args,
+        training_args=training_args,
+        n_runs=n_runs,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+        alpha=alpha,
+        results_store=results_store,
+        gpu_kind=gpu_kind,
+        gpu_memory_gib=gpu_memory_gib,
+        gpu_hour_price=gpu_hour_price,
+        skip_predicted_oom=skip_predicted_oom,
+    )
+    results, steps, report, files = (
+        conditional("dry_run")
+        .if_(dry_run.is_true())
+        .then(
+            report_plan(
+                planned=planned,
+                gpu_kind=gpu_kind,
+                gpu_memory_gib=gpu_memory_gib,
+                gpu_hour_price=gpu_hour_price,
+                skip_predicted_oom=skip_predicted_oom,
+            )
+        )
+        .else_()
+        .then(
+            measure_grid(
+                planned=planned,
+                training_args=training_args,
+                concurrency=concurrency,
+                min_success_ratio=min_success_ratio,
+                condition_timeout_s=condition_timeout_s,
+                results_store=results_store,
+                force_fresh=force_fresh,
+                alpha=alpha,
+            )
+        )
+    )
     return results, steps, report, files

@@ -53,6 +53,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         for key, (column, scale) in _METRIC_COLUMNS.items():
             if key in result.metrics:
                 row[column] = result.metrics[key] / scale
+        predicted = result.predicted_peak_reserved_bytes
+        row["predicted_peak_reserved_gib"] = predicted / GIB if predicted is not None else float("nan")
         row.update(
             steps_completed=int(result.details.get("steps_completed", 0)),
             device=result.details.get("device", ""),
@@ -67,10 +69,21 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         )
         rows.append(row)
     table = pd.DataFrame(rows)
-    for column in METRIC_COLUMNS:
+    for column in [*METRIC_COLUMNS, "predicted_peak_reserved_gib"]:
         if column not in table:
             table[column] = float("nan")
     return table
+
+
+def prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """Predicted against measured peak reserved memory, for every ok run that has both (error: predicted over
+    measured, minus 1)."""
+    both = table[(table["status"] == "ok") & table["predicted_peak_reserved_gib"].notna()]
+    both = both[both["peak_reserved_gib"].notna()]
+    columns = ["condition_id", "run_number", "predicted_peak_reserved_gib", "peak_reserved_gib"]
+    errors = both[columns].copy()
+    errors["error"] = errors["predicted_peak_reserved_gib"] / errors["peak_reserved_gib"] - 1
+    return errors.reset_index(drop=True)
 
 
 def steps_table(results: list[RunResult | None], steps_files: dict[tuple[str, int], str]) -> pd.DataFrame:

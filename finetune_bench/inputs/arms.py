@@ -80,6 +80,15 @@ def kernel_switches(model_type: str) -> tuple[str, ...]:
 
 
 @functools.cache
+def default_kernels(model_type: str) -> tuple[str, ...]:
+    """The kernels Liger's patch function for `model_type` switches on by default (the `liger` arm's)."""
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    function = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    return tuple(name for name, p in inspect.signature(function).parameters.items() if p.default is True)
+
+
+@functools.cache
 def all_kernels() -> tuple[str, ...]:
     """Every kernel switch of any model type Liger can patch, in first-seen order."""
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN

@@ -28,6 +28,11 @@ class PlannedRun:
     # Why this run cannot run at all (e.g. a liger arm on a model type Liger cannot patch): it ends as an
     # `error` result with this reason, without being launched, and the other conditions still run.
     refused: str = ""
+    # The memory model's peak reserved memory for this condition (None: not predicted).
+    predicted_peak_reserved_bytes: float | None = None
+    # Why this run is not launched although it could run: with `skip_predicted_oom`, the memory model's sure
+    # out-of-memory on the target GPU. It ends as a `predicted_oom` result with this reason.
+    predicted_oom: str = ""
 
 
 # How a condition's problem names it (see `validate_condition`): " (condition a=1,b=2)".

@@ -48,8 +48,10 @@ unrecognized GPU gets no peak (None), never a guess, so MFU is None rather than 
 """
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a model is read, so that the GPU tables need no torch
+    import torch
 
 # Vendor's dense BF16 tensor-core peak, TFLOP/s. NVIDIA datasheets print the sparse figure (marked
 # "with sparsity") next to or instead of the dense one; the dense figure is half of it.
@@ -106,8 +108,10 @@ _NAME_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
-def _matmul_weight_numel(module: torch.nn.Module) -> int:
+def _matmul_weight_numel(module: "torch.nn.Module") -> int:
     """Weight elements of a Linear or transformers Conv1D module, 0 for any other module."""
+    import torch
+
     if isinstance(module, torch.nn.Linear):
         return module.weight.numel()
     # transformers' Conv1D (GPT-2 family) is a Linear with its weight stored transposed, (in, out).
@@ -117,7 +121,7 @@ def _matmul_weight_numel(module: torch.nn.Module) -> int:
     return 0
 
 
-def matmul_parameters(model: torch.nn.Module) -> int:
+def matmul_parameters(model: "torch.nn.Module") -> int:
     """Parameters that take part in a matrix multiply per token: the N of the 6 * N term.
 
     The sum of the weight sizes of every `torch.nn.Linear` module, and of every transformers
@@ -135,7 +139,7 @@ def matmul_parameters(model: torch.nn.Module) -> int:
     return sum(_matmul_weight_numel(module) for module in model.modules())
 
 
-def trainable_and_frozen_matmul_parameters(model: torch.nn.Module) -> tuple[int, int]:
+def trainable_and_frozen_matmul_parameters(model: "torch.nn.Module") -> tuple[int, int]:
     """`matmul_parameters(model)` split by whether the module's weight is trained (`requires_grad`)."""
     trainable = frozen = 0
     for module in model.modules():
@@ -170,7 +174,7 @@ def attention_flops_per_token(num_layers: int, hidden_size: int, seq_len: float,
     return (12.0 if training else 4.0) * num_layers * hidden_size * seq_len
 
 
-def model_flops_per_token(model: torch.nn.Module, seq_len: float, training: bool = True) -> float:
+def model_flops_per_token(model: "torch.nn.Module", seq_len: float, training: bool = True) -> float:
     """Model FLOPs per token: 6 * N_trainable + 4 * N_frozen + 12 * L * H * S when training (6 * N +
     12 * L * H * S in a full fine-tune, where nothing is frozen), 2 * N + 4 * L * H * S forward only.
 
@@ -193,12 +197,12 @@ def model_flops_per_token(model: torch.nn.Module, seq_len: float, training: bool
     return 6.0 * trainable + 4.0 * frozen + attention
 
 
-def training_flops_per_token(model: torch.nn.Module, seq_len: float) -> float:
+def training_flops_per_token(model: "torch.nn.Module", seq_len: float) -> float:
     """Model FLOPs per trained token (`model_flops_per_token` with `training=True`)."""
     return model_flops_per_token(model, seq_len, training=True)
 
 
-def flops_formula(model: torch.nn.Module, training: bool = True) -> str:
+def flops_formula(model: "torch.nn.Module", training: bool = True) -> str:
     """The count `model_flops_per_token` uses for `model`, in words, for the run's record."""
     if not training:
         return "forward only: 2*N + 4*L*H*S"

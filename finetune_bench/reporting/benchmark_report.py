@@ -19,13 +19,26 @@ from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.parity import DIVERGED, parity_summary  # noqa: E402
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
-from finetune_bench.analysis.tables import GIB, arms_vs_baseline, condition_summary, ran_on_cpu  # noqa: E402
+from finetune_bench.analysis.tables import (  # noqa: E402
+    GIB,
+    arms_vs_baseline,
+    condition_summary,
+    prediction_errors,
+    ran_on_cpu,
+)
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
 
 BATCH = "per_device_train_batch_size"
 SEQ = "max_seq_length"
-FAILED_STATUSES_MARK = {"oom": "OOM", "error": "ERR", "timeout": "T/O", "nonfinite": "NaN", "lost": "LOST"}
+FAILED_STATUSES_MARK = {
+    "predicted_oom": "P-OOM",
+    "oom": "OOM",
+    "error": "ERR",
+    "timeout": "T/O",
+    "nonfinite": "NaN",
+    "lost": "LOST",
+}
 
 CPU_WARNING = (
     "These runs happened on a CPU. Their timings say nothing about Liger's speed: on a CPU the "
@@ -304,6 +317,31 @@ def verdicts(comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFra
     return lines
 
 
+def _prediction_html(table: pd.DataFrame) -> str:
+    """The memory model's prediction against the measured peak of every ok run, and what it skipped."""
+    parts = []
+    skipped = table[table["status"] == "predicted_oom"]
+    if not skipped.empty:
+        parts.append(
+            f"<p>{len(skipped)} run(s) were not launched: the memory model predicts they run out of memory "
+            "(<code>skip_predicted_oom</code>). Their reasons are under Conditions.</p>"
+        )
+    errors = prediction_errors(table)
+    if errors.empty:
+        return "<h3>Predicted memory</h3>" + "".join(parts) if parts else ""
+    worst = errors["error"].abs().max()
+    parts.append(
+        f"<p>The memory model (predicted before the runs, from the model's config and the settings) against the "
+        f"measured peak reserved memory: median error {errors['error'].abs().median():.1%}, largest "
+        f"{worst:.1%}, over {len(errors)} ok run(s). Positive: predicted above measured.</p>"
+    )
+    shown = errors.rename(
+        columns={"predicted_peak_reserved_gib": "predicted GiB", "peak_reserved_gib": "measured GiB"}
+    ).assign(error=lambda t: t["error"].map(lambda e: f"{e:+.1%}"))
+    parts.append(table_html(shown.round(2)))
+    return "<h3>Predicted memory</h3>" + "".join(parts)
+
+
 def build_report(
     table: pd.DataFrame,
     swept: list[str],
@@ -397,6 +435,7 @@ def build_report(
         note = "No GPU: the process's peak resident memory on the host."
     sections["Memory"] = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
     sections["Memory"] += "\n".join(memory_parts)
+    sections["Memory"] += _prediction_html(table)
 
     speed_parts = []
     speedup = _speedup_figure(comparison, summary, swept)

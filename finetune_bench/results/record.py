@@ -10,7 +10,9 @@ OOM = "oom"  # out of GPU (or host) memory
 ERROR = "error"  # an exception, a non-zero exit or a signal; or a condition refused before it was launched
 TIMEOUT = "timeout"  # killed after `condition_timeout_s`
 NONFINITE = "nonfinite"  # the loss became NaN or infinite (the run stops there; its steps so far are kept)
-STATUSES = (OK, OOM, ERROR, TIMEOUT, NONFINITE)
+# Not launched: the memory model predicts a sure out-of-memory on the target GPU (`skip_predicted_oom`).
+PREDICTED_OOM = "predicted_oom"
+STATUSES = (OK, OOM, ERROR, TIMEOUT, NONFINITE, PREDICTED_OOM)
 # A run the orchestrator lost (the task itself failed, so no record came back).
 LOST = "lost"
 
@@ -40,3 +42,5 @@ class RunResult:
     # What went wrong around the run without changing what it measured (the results store could not keep it,
     # W&B could not log it): the run stays in the results, and the grid ends with a failing status naming each.
     problems: list[str] = field(default_factory=list)
+    # The memory model's peak reserved memory for this run's condition on its GPU (None: not predicted).
+    predicted_peak_reserved_bytes: float | None = None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.results.record import ERROR, RunResult
+from finetune_bench.results.record import ERROR, PREDICTED_OOM, RunResult
 from finetune_bench.results.store import (
     CorruptEntry,
     ResultStore,
@@ -110,6 +110,7 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
         result = _run_child(run, command, work_dir, timeout_s)
     if waited_s >= 1:
         result.details["waited_for_device_s"] = f"{waited_s:.0f}"
+    result.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
     return result
 
 
@@ -254,6 +255,16 @@ def run_or_reuse(
     The store never costs a measurement: an entry that does not match its checksums is reported and measured
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
     in its `problems` (the grid then ends with a failing status)."""
+    if run.predicted_oom:  # a prediction, not a measurement: never stored
+        return RunResult(
+            condition_id=run.condition_id,
+            run_number=run.run_number,
+            swept_axes=list(run.swept_axes),
+            training_args=run.training_args,
+            status=PREDICTED_OOM,
+            reason=run.predicted_oom,
+            predicted_peak_reserved_bytes=run.predicted_peak_reserved_bytes,
+        )
     hardware = hardware_fingerprint()
     identity = run_identity(run, hardware, sources or {})
     key = identity_key(identity)

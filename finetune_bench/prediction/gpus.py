@@ -1,0 +1,62 @@
+"""The GPUs a plan can target: memory, dense BF16 peak, the MFU a step time is predicted with, and the names
+Flyte's accelerator setting uses for them.
+
+Memory is the total that `nvidia-smi` reports; torch can reserve all of it but the CUDA context, which
+`usable_bytes` subtracts (with the driver's reserve). The MFU figures are assumptions for a full fine-tune of a
+1-8B model in bf16 with
+transformers' layers, near what this project measured on H100 and H200 (0.34-0.57, docs/measurements.md);
+a prediction says which it used, and the report sets measured against predicted.
+"""
+
+from dataclasses import dataclass
+
+from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.measuring.flops import PEAK_BF16_DENSE_TFLOPS
+
+GIB = 2**30
+# What torch cannot reserve of nvidia-smi's total: the driver's own reserve and the CUDA context (on an H100, torch
+# sees 79.18 of 79.65 GiB and the context takes 0.73 GiB of it; an H200's frontier probes reserved up to 138.8 GiB).
+CUDA_CONTEXT_BYTES = 1.25 * GIB
+
+
+@dataclass(frozen=True)
+class GpuKind:
+    name: str
+    memory_mib: int
+    peak_key: str  # its row in measuring.flops.PEAK_BF16_DENSE_TFLOPS
+    assumed_mfu: float
+    # flytekit's accelerator names (FINETUNE_BENCH_TRAIN_ACCELERATOR) that give this GPU.
+    accelerators: tuple[str, ...] = ()
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_mib * 2**20
+
+    @property
+    def peak_tflops(self) -> float:
+        return PEAK_BF16_DENSE_TFLOPS[self.peak_key]
+
+
+GPU_KINDS = (
+    GpuKind("H100", 81559, "H100 SXM", 0.40, ("nvidia-h100", "nvidia-h100-mega-80gb")),
+    GpuKind("H200", 143771, "H200", 0.40, ("nvidia-h200",)),
+    GpuKind("A100-80GB", 81920, "A100", 0.45, ("nvidia-a100-80gb",)),
+    GpuKind("A100", 40960, "A100", 0.45, ("nvidia-tesla-a100",)),
+    GpuKind("L40S", 46068, "L40S", 0.35, ("nvidia-l40s",)),
+    GpuKind("L4", 23034, "L4", 0.35, ("nvidia-l4", "nvidia-l4-vws")),
+    GpuKind("A10G", 23028, "A10G", 0.35, ("nvidia-a10g",)),
+)
+
+
+def gpu_kind(name: str, key: str = "gpu_kind") -> GpuKind:
+    """The GPU kind named `name` (its name or an accelerator name, case-insensitive)."""
+    for kind in GPU_KINDS:
+        if name.lower() in (kind.name.lower(), *kind.accelerators):
+            return kind
+    names = [k.name for k in GPU_KINDS]
+    raise SpecError(f"{key}: no GPU kind {name!r}{closest(name, names)}; known: {names}")
+
+
+def usable_bytes(memory_bytes: float) -> float:
+    """What torch can reserve on a GPU of `memory_bytes`."""
+    return memory_bytes - CUDA_CONTEXT_BYTES

@@ -1,0 +1,355 @@
+"""Peak GPU memory of one training step, per GPU, with its breakdown: derived from the model's shape and the
+condition's settings, tensor by tensor, never from a table of measured runs.
+
+What a step holds at its peak is the larger of two moments:
+
+- the start of the backward pass: weights, optimizer states (built by the first step), the gradients kept
+  between micro-batches (only with gradient accumulation: a step's first backward finds none, the
+  Trainers and the plain loop set them to None), every activation the forward pass saved for the backward
+  pass, and the loss's transient tensors (materialized logits, or Liger's and TRL's chunks);
+- the optimizer step: weights, gradients, optimizer states and the step's temporaries (AdamW's foreach
+  implementation allocates one square root of the second moments, the size of the trainable weights).
+
+Saved activations are counted per token of one decoder layer from what each operation of transformers'
+implementation keeps for its backward pass (the counts below, `a` the activation dtype's bytes):
+
+- RMSNorm (transformers): its float32 upcast of the input (4·h) and the normalized input before the
+  weight (a·h). Liger's RMSNorm: the input (a·h) and one float32 rstd (4).
+- A linear layer whose weight trains keeps its input (a·in); a frozen one (LoRA's base layers) keeps
+  nothing, since no weight gradient is needed. Inputs shared by several layers (q/k/v, gate/up) count once.
+- Attention (scaled_dot_product_attention's flash and memory-efficient kernels): q, k, v after RoPE, its
+  output (which is also o_proj's input) and a float32 log-sum-exp per head; never the S×S matrix. Grouped
+  key/value heads are kept at their own width when no attention mask is needed (every sequence full and
+  unpacked); otherwise transformers repeats them to the query width first. Phi-3's v is a view of the
+  fused qkv output, which therefore stays alive whole. RoPE keeps only cos and sin (per position).
+- SwiGLU MLP (transformers): gate output, SiLU output and up output (3·a·i), and the product (a·i, when
+  down_proj trains). Liger's SwiGLU: gate and up only (2·a·i), and the product.
+- LoRA (peft, on the Trainer): per adapted layer, dropout's mask (1 byte per input feature when
+  lora_dropout > 0) and lora_A's input (a·in under the Trainer's autocast; the adapters are float32),
+  and lora_A's output (a·rank).
+- Gradient checkpointing: each layer keeps only its input (a·h); one layer's activations are rebuilt at
+  a time during the backward pass.
+
+The loss: transformers' cross entropy upcasts the logits to float32 and its backward holds the saved
+log-probabilities, their gradient and the logits' gradient at once (12 bytes per vocabulary entry and
+token); Liger's cross entropy writes the gradient into its float32 input in the forward pass (a + 4);
+Liger's fused linear cross entropy never materializes the logits: chunks of about h/V of the tokens, plus
+the input's gradient (a·h per token) and the LM head's weight gradient, both computed in the forward
+pass; TRL's chunked loss keeps the hidden states and, in its backward pass, float32 gradients of the
+hidden states and of the LM head.
+
+The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
+`ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
+set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-mini (docs/prediction.md)
+reserved 1-5 % above their allocated peak when it was the backward pass's start, and 12-17 % when it was the
+optimizer step, whose per-parameter temporaries arrive after the backward pass has left the pool cut into
+activation-sized blocks that they do not fit. The CUDA context and the driver's reserve are outside what torch
+reserves; `gpus.usable_bytes` subtracts them from the GPU's memory.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.prediction.shapes import ModelShape, NoPrediction
+
+# The caching allocator's reserve above the peak of live tensors (its rounding of large blocks to 2 MiB, and the
+# freed blocks it holds for reuse), as a share of the allocated peak, by where the peak is (see the docstring).
+# Liger's fused linear cross entropy: chunks of next_power_of_2(ceil(tokens / ceil(V / h))) tokens.
+# TRL's chunked loss: tiles of this many tokens (trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE).
+TRL_TOKEN_CHUNK = 4096
+# bitsandbytes' 8-bit AdamW: two 8-bit states, and a float32 absmax per block of 256 values for each.
+ADAMW_8BIT_STATE_BYTES = 2 + 2 * 4 / 256
+
+# The breakdown's parts, in the order a report lists them.
+PARTS = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "logits_and_loss",
+    "batch_and_other",
+    "optimizer_step_temporaries",
+    "allocator_overhead",
+)
+# Where a peak happens.
+BACKWARD_START, OPTIMIZER_STEP, FORWARD = "backward_start", "optimizer_step", "forward"
+ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass
+class MemoryPrediction:
+    """A predicted peak, per GPU: reserved (what torch.cuda.max_memory_reserved reports) and allocated, the
+    moment it happens, and the parts it is made of (bytes; they add up to the reserved peak)."""
+
+    peak_reserved_bytes: float
+    peak_allocated_bytes: float
+    phase: str
+    breakdown: dict[str, float] = field(default_factory=dict)
+    # What the prediction assumed that a user may want to know (padding, the loss path, ...).
+    assumptions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step trains, resolved from the settings: sizes, precision, which kernels, which loss path."""
+
+    tokens: int  # per micro-batch: batch × sequence length
+    activation_bytes: int  # a
+    weight_bytes: int  # the model's parameter dtype
+    lora_rank: int
+    lora_targets: tuple
+    lora_dropout: bool
+    kernels: frozenset
+    loss_path: str
+    checkpointing: bool
+    accumulation: bool
+    optim: str
+    weight_decay: bool
+    repeated_kv: bool
+    forward_only: bool
+
+
+# Loss paths: how the loss is computed from the last hidden states.
+LOGITS = "logits"  # transformers' (or torch's) cross entropy on float32 logits
+LIGER_CE_FLOAT32 = "liger_cross_entropy_float32"  # the model's loss with Liger's cross entropy (upcast logits)
+LIGER_CE = "liger_cross_entropy"  # Liger's cross entropy on the logits as they are (the plain loop's criterion)
+FUSED = "liger_fused_linear_cross_entropy"
+TRL_CHUNKED = "trl_chunked"
+
+
+def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
+    """The Liger kernels a condition switches on (none outside a liger arm)."""
+    from finetune_bench.inputs.arms import default_kernels
+
+    arm = parse_arm(args.arm)
+    if not arm.liger:
+        return frozenset()
+    if arm.liger_kernel:
+        return frozenset({arm.liger_kernel})
+    return frozenset(default_kernels(model_type))
+
+
+def loss_path(args: TrainingArgs, kernels: frozenset) -> str:
+    """How the condition's loss is computed (mirrors the backends: a criterion other than `model` is the
+    loss, and then Liger swaps the layer kernels only)."""
+    if args.criterion == "trl":
+        return TRL_CHUNKED
+    if args.criterion == "torch_cross_entropy":
+        return LOGITS
+    if args.criterion == "liger_cross_entropy":
+        return LIGER_CE
+    if args.criterion == "liger_fused_linear_cross_entropy":
+        return FUSED
+    if "fused_linear_cross_entropy" in kernels:
+        return FUSED
+    if "cross_entropy" in kernels:
+        return LIGER_CE_FLOAT32
+    return LOGITS
+
+
+def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) -> Step:
+    """The step a condition trains; NoPrediction for what the model does not cover."""
+    arm = parse_arm(args.arm)
+    if arm.compile:
+        raise NoPrediction("torch.compile fuses operations and changes what is saved: not modelled")
+    if arm.switchback:
+        raise NoPrediction("SwitchBack's int8 layers are not modelled")
+    if args.device == "cpu":
+        raise NoPrediction("a CPU run: no GPU memory to predict")
+    dtype = "bfloat16" if args.dtype == "auto" else args.dtype
+    kernels = active_kernels(args, shape.model_type)
+    lora = args.lora_rank > 0
+    return Step(
+        tokens=args.per_device_train_batch_size * args.max_seq_length,
+        activation_bytes=DTYPE_BYTES[dtype],
+        weight_bytes=DTYPE_BYTES[dtype],
+        lora_rank=args.lora_rank,
+        lora_targets=shape.lora_targets(args.lora_target_modules) if lora else (),
+        lora_dropout=args.lora_dropout > 0,
+        kernels=kernels,
+        loss_path=loss_path(args, kernels),
+        checkpointing=args.gradient_checkpointing,
+        accumulation=args.gradient_accumulation_steps > 1,
+        optim=args.optim,
+        weight_decay=args.weight_decay > 0,
+        # Every sequence full and unpacked: no attention mask, grouped key/value heads stay grouped.
+        repeated_kv=shape.num_kv_heads != shape.num_heads and (args.packing or not sequences_full),
+        forward_only=args.backend == "forward_only",
+    )
+
+
+def norm_bytes(shape: ModelShape, step: Step) -> float:
+    """What one RMSNorm keeps per token (its output is counted by the layers that read it)."""
+    if "rms_norm" in step.kernels:
+        return step.activation_bytes * shape.hidden_size + 4
+    return 4 * shape.hidden_size + step.activation_bytes * shape.hidden_size + 4
+
+
+def layer_activation_bytes(shape: ModelShape, step: Step) -> float:
+    """Bytes one decoder layer saves for the backward pass, per token."""
+    a, h, i = step.activation_bytes, shape.hidden_size, shape.intermediate_size
+    full = step.lora_rank == 0  # every weight trains
+    saved = 2 * norm_bytes(shape, step)
+    # Inputs of trained linear layers, each distinct tensor once.
+    if full:
+        saved += a * h  # the attention block's normalized input (q/k/v or qkv_proj)
+        saved += a * h  # the MLP block's normalized input (gate/up or gate_up_proj)
+        saved += a * i  # the gated product, down_proj's input
+        # o_proj's input is the attention output, counted below.
+    # Attention.
+    kv = shape.q_width if step.repeated_kv else shape.kv_width
+    if shape.fused_qkv:
+        saved += a * (shape.q_width + 2 * shape.kv_width)  # the qkv output, kept whole by v (a view of it)
+        saved += a * (shape.q_width + kv)  # q and k after RoPE
+        if step.repeated_kv:
+            saved += a * kv  # v repeated to the query width
+    else:
+        saved += a * (shape.q_width + 2 * kv)  # q, k after RoPE, and v
+    saved += a * shape.q_width + 4 * shape.num_heads  # the attention output, and its log-sum-exp
+    # The gated MLP.
+    saved += (2 if "swiglu" in step.kernels else 3) * a * i
+    # LoRA adapters.
+    for linear in step.lora_targets:
+        saved += (1 if step.lora_dropout else 0) * linear.in_features  # dropout's mask
+        saved += a * linear.in_features + a * step.lora_rank  # lora_A's input and output
+    return saved
+
+
+def loss_bytes(shape: ModelShape, step: Step, head_trains: bool) -> tuple[float, float]:
+    """(kept from the forward pass until the backward pass, the largest transient) of the loss, per step."""
+    a, h, v, t = step.activation_bytes, shape.hidden_size, shape.vocab_size, step.tokens
+    if step.loss_path == FUSED:
+        chunk = min(2 ** math.ceil(math.log2(max(1, math.ceil(t / math.ceil(v / h))))), t)
+        head_grad = v * h * step.weight_bytes if head_trains and not step.forward_only else 0
+        grad_input = 0 if step.forward_only else a * h * t
+        return grad_input + head_grad + 4 * t, a * chunk * v
+    if step.loss_path == TRL_CHUNKED:
+        head_grad = 4 * v * h if head_trains else 0
+        return a * h * t + 8 * t, 4 * h * t + head_grad + a * min(t, TRL_TOKEN_CHUNK) * min(v, TRL_TOKEN_CHUNK)
+    if step.forward_only:
+        upcast = 0 if step.loss_path == LIGER_CE else (4 if a != 4 else 0)
+        return 0, (a + upcast + 4) * v * t
+    if step.loss_path == LIGER_CE:
+        return 0, a * v * t
+    if step.loss_path == LIGER_CE_FLOAT32:
+        return 0, ((a + 4) if a != 4 else 4) * v * t
+    # transformers' cross entropy: the backward holds log-probabilities, their gradient and the logits' one.
+    forward_peak = (a + 8) if a != 4 else 8
+    return 0, max(forward_peak, 12) * v * t
+
+
+def optimizer_bytes(step: Step, trainable: int, param_bytes: int) -> tuple[float, float]:
+    """(states, temporaries of the step) for `trainable` parameters of `param_bytes` each."""
+    if step.forward_only:
+        return 0, 0
+    states = {
+        "adamw_torch": 2 * param_bytes,
+        "adamw_torch_fused": 2 * param_bytes,
+        "adamw_8bit": ADAMW_8BIT_STATE_BYTES,
+        "adagrad": param_bytes,
+        "rmsprop": param_bytes,
+        "sgd": 0,
+        "adafactor": 0,  # factored second moments: a row and a column per matrix
+    }[step.optim]
+    temporaries = {
+        "adamw_torch": param_bytes,  # foreach: the square root of every second moment at once
+        "adagrad": param_bytes,
+        "rmsprop": param_bytes,
+        "sgd": param_bytes if step.weight_decay else 0,
+    }.get(step.optim, 0)
+    return states * trainable, temporaries * trainable
+
+
+def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool = True) -> MemoryPrediction:
+    """The peak memory of a steady-state training step of `args` (the optimizer states built), per GPU.
+
+    `sequences_full`: every sequence is max_seq_length tokens of real text (no padding, no attention mask).
+    Otherwise the prediction is for a batch padded to max_seq_length, an upper bound for shorter data.
+    """
+    step = resolve_step(args, shape, sequences_full)
+    lora = step.lora_rank > 0
+    weights = shape.parameters * step.weight_bytes
+    if lora:
+        adapters = shape.lora_parameters(step.lora_rank, args.lora_target_modules)
+        weights += adapters * 4  # peft keeps the adapters in float32
+        trainable, param_bytes = adapters, 4
+    else:
+        trainable, param_bytes = shape.parameters, step.weight_bytes
+    gradients = 0 if step.forward_only else trainable * param_bytes
+    states, temporaries = optimizer_bytes(step, trainable, param_bytes)
+
+    t, a, h = step.tokens, step.activation_bytes, shape.hidden_size
+    batch = 3 * 8 * t  # input_ids, labels, attention mask (int64)
+    head_trains = not lora
+    loss_kept, loss_peak = loss_bytes(shape, step, head_trains)
+    final_norm = norm_bytes(shape, step) * t
+    head_input = a * h * t if head_trains and step.loss_path not in (FUSED, TRL_CHUNKED) else 0
+    other = batch + final_norm + head_input
+    assumptions = [f"loss: {step.loss_path}"]
+    if not sequences_full:
+        assumptions.append("batches padded to max_seq_length (an upper bound for shorter data)")
+    if lora:
+        assumptions.append(f"LoRA: {trainable:,} adapter parameters (float32)")
+
+    if step.forward_only:
+        # No graph is kept: one layer's transients at a time, the largest being the MLP's.
+        layer_peak = (4 * shape.intermediate_size + 4 * h) * a * t
+        allocated = weights + batch + max(layer_peak, loss_peak)
+        breakdown = {
+            "weights": weights,
+            "activations": layer_peak,
+            "logits_and_loss": loss_peak,
+            "batch_and_other": batch,
+        }
+        if layer_peak >= loss_peak:
+            breakdown["logits_and_loss"] = 0
+        else:
+            breakdown["activations"] = 0
+        return _finish(allocated, FORWARD, breakdown, assumptions)
+
+    per_layer = layer_activation_bytes(shape, step)
+    if step.checkpointing:
+        kept = shape.num_layers * a * h * t  # each layer's input
+        recompute = per_layer * t  # one layer rebuilt at a time
+        activations = kept + max(recompute - loss_peak, 0)
+        loss_at_peak = loss_kept + (loss_peak if loss_peak >= recompute else 0)
+    else:
+        activations = shape.num_layers * per_layer * t
+        loss_at_peak = loss_kept + loss_peak
+    resident_gradients = gradients if step.accumulation else 0
+    backward_start = weights + states + resident_gradients + activations + loss_at_peak + other
+    optimizer_step = weights + gradients + states + temporaries
+    if backward_start >= optimizer_step:
+        breakdown = {
+            "weights": weights,
+            "gradients": resident_gradients,
+            "optimizer_states": states,
+            "activations": activations,
+            "logits_and_loss": loss_at_peak,
+            "batch_and_other": other,
+        }
+        return _finish(backward_start, BACKWARD_START, breakdown, assumptions)
+    breakdown = {
+        "weights": weights,
+        "gradients": gradients,
+        "optimizer_states": states,
+        "optimizer_step_temporaries": temporaries,
+    }
+    return _finish(optimizer_step, OPTIMIZER_STEP, breakdown, assumptions)
+
+
+def _finish(allocated: float, phase: str, parts: dict[str, float], assumptions: list[str]) -> MemoryPrediction:
+    overhead = ALLOCATOR_OVERHEAD[phase] * allocated
+    breakdown = {part: float(parts.get(part, 0.0)) for part in PARTS}
+    breakdown["allocator_overhead"] = overhead
+    return MemoryPrediction(
+        peak_reserved_bytes=allocated + overhead,
+        peak_allocated_bytes=float(allocated),
+        phase=phase,
+        breakdown=breakdown,
+        assumptions=assumptions,
+    )
