@@ -12,6 +12,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
 from finetune_bench.frontier.search import FrontierResult, search_frontier
@@ -27,6 +28,7 @@ from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
+from finetune_bench.measuring.gpu import gpu_memory_bytes
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.records import TrainOutput
@@ -64,8 +66,12 @@ def search_memory_frontier(
     """One arm's search along one dimension; every probe trains in a fresh child process on this task's GPU."""
     # Unique per search: locally, every item of a map task shares one working directory.
     work_dir = Path(tempfile.mkdtemp(prefix="frontier-", dir=current_context().working_directory))
-    probe = child_probe(Path(dataset_dir.download()), Path(model_dir.download()), work_dir, search.timeout_s)
-    result = search_frontier(search, probe)
+    model_path = Path(model_dir.download())
+    probe = child_probe(Path(dataset_dir.download()), model_path, work_dir, search.timeout_s)
+    guide, unguided = memory_guide(search, gpu_memory_bytes(), model_path)
+    if guide is None:
+        logger.info("%s: doubling search (not guided: %s)", search.dimension, unguided)
+    result = search_frontier(search, probe, guide)
     logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
     return result
 

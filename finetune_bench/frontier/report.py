@@ -73,6 +73,7 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         row.update(
             status=result.status,
             frontier=result.frontier,
+            predicted_frontier=result.predicted_frontier,
             first_oom=result.first_oom,
             probes_used=result.probes_used,
             gpu_seconds=result.gpu_seconds,
@@ -84,10 +85,11 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         row["reason"] = result.reason
         rows.append(row)
     table = pd.DataFrame(rows)
-    for column in ("frontier", "first_oom", "probes_used", "gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+    integers = ("frontier", "predicted_frontier", "first_oom", "probes_used")
+    for column in (*integers, "gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
         if column not in table:
             table[column] = None
-    for column in ("frontier", "first_oom", "probes_used"):
+    for column in integers:
         table[column] = table[column].astype("Int64")
     for column in ("gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
         table[column] = table[column].astype(float)
@@ -255,7 +257,9 @@ def build_frontier_report(
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         "of memory, the peak memory of the probe at the frontier (GiB) against the GPU's capacity, and what the "
-        "search cost (probes, and GPU seconds: the sum of the probes' wall times).</p>"
+        "search cost (probes, and GPU seconds: the sum of the probes' wall times). predicted_frontier: where the "
+        "memory model put it; a guided search starts there (its probes are marked predicted / interpolation), an "
+        "empty one is a doubling search.</p>"
     )
     summary.append(table_html(_for_display(frontiers)))
     summary.append(

@@ -1,12 +1,21 @@
 """The memory frontier: the largest batch size, and the largest sequence length, that each arm can train.
 
-For every arm (today liger on / off) and every searched dimension, a search probes short training runs:
-doubling from a start value until the first out-of-memory (or the cap), then bisection between the last
-size that fit and the first that did not, then a re-probe of the frontier (a confirmation that runs out
-of memory moves the frontier below it). A probe that fails for another reason (error, timeout) is
-retried; one that keeps failing stops the search, which then reports the best fit found so far as a
-lower bound. The search takes the probe as a callable, so it runs against a fake in tests; in the
-workflow a probe is a real training run in a fresh child process (`child_probe`).
+For every arm (today liger on / off) and every searched dimension, a search probes short training runs.
+
+Guided by the memory model (`finetune_bench.prediction`), when a `Guide` is given: the first probe is at the
+predicted frontier; each next one is where the measured peak memory of the largest size that fit, extended by
+the memory per size unit (the model's, then the one measured between two fits), reaches the GPU's limit; after
+a probe that ran out of memory, bisection. The model only chooses where to probe: the frontier is still a size
+that trained and the next size up that ran out of memory, both probed.
+
+Without a guide: doubling from a start value until the first out-of-memory (or the cap), then bisection between
+the last size that fit and the first that did not.
+
+Either way the frontier is then re-probed (a confirmation that runs out of memory moves the frontier below it).
+A probe that fails for another reason (error, timeout) is retried; one that keeps failing stops the search,
+which then reports the best fit found so far as a lower bound. The search takes the probe as a callable, so it
+runs against a fake in tests; in the workflow a probe is a real training run in a fresh child process
+(`child_probe`).
 
 No Flyte here: `tasks/frontier.py` and `workflows/frontier.py` wrap this package.
 """
@@ -27,6 +36,10 @@ SEARCH_STATUSES = (FOUND, REACHED_CAP, NOTHING_FITS, PROBE_FAILED)
 
 # Why a probe ran.
 DOUBLING, BISECTION, CONFIRMATION = "doubling", "bisection", "confirmation"
+PREDICTED, INTERPOLATION = "predicted", "interpolation"
+# How far a guide's prediction may be off (the memory model's ±10 %): the first guided probe stays this far
+# below the predicted frontier, so that it most likely fits and measures the memory the next ones aim with.
+GUIDE_MARGIN = 0.10
 
 # Probe outcomes that decide something; any other ("error", "timeout") is retried.
 OK, OOM = "ok", "oom"
@@ -94,6 +107,8 @@ class FrontierResult:
     gpu_seconds: float
     # Where the probes ran (`gpu_memory_bytes` is the GPU's capacity), from the first probe that said.
     environment: dict[str, str] = field(default_factory=dict)
+    # The memory model's frontier the guided search started from (None: an unguided, doubling search).
+    predicted_frontier: int | None = None
 
 
 def frontier_probe(result: FrontierResult) -> Probe | None:
@@ -105,19 +120,32 @@ def frontier_probe(result: FrontierResult) -> Probe | None:
 ProbeFunction = Callable[[TrainingArgs], ProbeOutcome]
 
 
+@dataclass(frozen=True)
+class Guide:
+    """What guides a search: the predicted peak allocated memory at a size of the searched dimension, and the
+    memory a probe can allocate on the GPU the probes run on (both in bytes)."""
+
+    predict: Callable[[int], float]
+    limit_bytes: float
+
+
 class _ProbeKeptFailing(Exception):
     def __init__(self, value: int, probes: list[Probe]):
         self.value, self.probes = value, probes
 
 
-def search_frontier(search: FrontierSearch, probe: ProbeFunction) -> FrontierResult:
-    """Run one search to its end; never raises for a probe's failure (it is part of the result)."""
-    return _Search(search, probe).run()
+def search_frontier(search: FrontierSearch, probe: ProbeFunction, guide: Guide | None = None) -> FrontierResult:
+    """Run one search to its end; never raises for a probe's failure (it is part of the result). With a `guide`,
+    the search starts at the predicted frontier (see the module docstring)."""
+    return _Search(search, probe, guide).run()
 
 
 class _Search:
-    def __init__(self, search: FrontierSearch, probe: ProbeFunction):
-        self.search, self.probe_function = search, probe
+    def __init__(self, search: FrontierSearch, probe: ProbeFunction, guide: Guide | None = None):
+        self.search, self.probe_function, self.guide = search, probe, guide
+        # The measured peak allocated memory of each size that fit.
+        self.allocated: dict[int, float] = {}
+        self.predicted_frontier: int | None = None
         self.probes: list[Probe] = []
         self.fits: set[int] = set()
         self.ooms: set[int] = set()
@@ -135,6 +163,8 @@ class _Search:
                 self.environment = dict(outcome.environment)
             if outcome.status == OK:
                 self.fits.add(value)
+                if outcome.peak_allocated_bytes is not None:
+                    self.allocated[value] = float(outcome.peak_allocated_bytes)
                 return OK
             if outcome.status == OOM:
                 self.ooms.add(value)
@@ -154,17 +184,7 @@ class _Search:
 
     def _search(self) -> FrontierResult:
         s = self.search
-        fit: int | None = None
-        oom: int | None = None
-        value = s.start
-        while True:  # doubling
-            if self.probe(value, DOUBLING) == OOM:
-                oom = value
-                break
-            fit = value
-            if value >= s.cap:
-                break
-            value = min(2 * value, s.cap)
+        fit, oom = self._guided() if self.guide is not None else self._doubling()
         while True:
             while fit is not None and oom is not None and oom - fit > s.granularity:  # bisection
                 middle = fit + (oom - fit) // (2 * s.granularity) * s.granularity
@@ -183,6 +203,95 @@ class _Search:
             reason = f"every size up to the cap fits: {self._name(fit)} trains{confirmed}; the frontier may lie higher"
             return self._result(REACHED_CAP, fit, reason)
         return self._result(FOUND, fit, f"{self._name(fit)} trains{confirmed}; {self._name(oom)} runs out of memory")
+
+    def _doubling(self) -> tuple[int | None, int | None]:
+        """(largest fit, first OOM) of doubling from the start value."""
+        s, fit, value = self.search, None, self.search.start
+        while True:
+            if self.probe(value, DOUBLING) == OOM:
+                return fit, value
+            fit = value
+            if value >= s.cap:
+                return fit, None
+            value = min(2 * value, s.cap)
+
+    def _guided(self) -> tuple[int | None, int | None]:
+        """(largest fit, smallest OOM) of the guided search: a bracket one granule wide, the cap reached, or the
+        start value out of memory."""
+        s, g = self.search, self.search.granularity
+        fit: int | None = None
+        oom: int | None = None
+        # First just below the predicted frontier, by the model's error band: a probe that fits measures memory.
+        value, phase, overshoots = self._largest_predicted_fit(scale=1 + GUIDE_MARGIN), PREDICTED, 0
+        self.predicted_frontier = self._largest_predicted_fit()
+        while True:
+            if self.probe(value, phase) == OK:
+                fit, overshoots = max(fit or value, value), 0
+            else:
+                oom, overshoots = min(oom or value, value), overshoots + (phase != PREDICTED)
+            if fit == s.cap or (oom is not None and oom <= s.start):
+                return fit, oom
+            if fit is not None and oom is not None and oom - fit <= g:
+                return fit, oom
+            lower = fit + g if fit is not None else s.start
+            upper = oom - g if oom is not None else s.cap
+            if overshoots >= 2 and fit is not None:
+                # the estimates keep overshooting: halve the bracket instead of trusting them again
+                value, phase = fit + (oom - fit) // (2 * g) * g, BISECTION
+            else:
+                value, phase = self._interpolated(fit, oom), INTERPOLATION
+            value = min(max(value, lower), upper)
+
+    def _nearest_on_grid(self, value: float) -> int:
+        """The size of the search's grid (start + k·granularity, within [start, cap]) nearest to `value`: an
+        estimate a little off either way then costs one probe, not one each side."""
+        s = self.search
+        steps = round((value - s.start) / s.granularity)
+        return min(max(s.start + steps * s.granularity, s.start), s.cap)
+
+    def _predicted_crossing(self, scale: float) -> float:
+        """Where the prediction times `scale` reaches the limit, between grid sizes (linear between them)."""
+        g, guide = self.search.granularity, self.guide
+        below = self._largest_predicted_fit(scale)
+        low, high = guide.predict(below) * scale, guide.predict(below + g) * scale
+        if high <= low:
+            return below
+        return below + g * (guide.limit_bytes - low) / (high - low)
+
+    def _largest_predicted_fit(self, scale: float = 1.0) -> int:
+        """The largest size on the grid whose predicted peak, times `scale`, stays within the limit (the start
+        value when none does)."""
+        s, guide = self.search, self.guide
+        low, high = 0, (s.cap - s.start) // s.granularity
+        if guide.predict(s.start) * scale > guide.limit_bytes:
+            return s.start
+        while low < high:  # the prediction grows with the size: bisect the grid
+            middle = (low + high + 1) // 2
+            if guide.predict(s.start + middle * s.granularity) * scale <= guide.limit_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        return s.start + low * s.granularity
+
+    def _interpolated(self, fit: int | None, oom: int | None) -> int:
+        """Where the memory reaches the limit. Two measured fits: the line through them. One: the model scaled to
+        match it (its errors are mostly a common factor). None, only an OOM: the model scaled by at least how far
+        it fell short there, and the error band more. Nothing measured (no GPU figures): bisection, or doubling."""
+        guide, g = self.guide, self.search.granularity
+        measured = sorted(v for v in self.allocated if v in self.fits)
+        if len(measured) >= 2 and self.allocated[measured[-1]] > self.allocated[measured[-2]]:
+            a, b = measured[-2], measured[-1]
+            slope = (self.allocated[b] - self.allocated[a]) / (b - a)
+            return self._nearest_on_grid(b + (guide.limit_bytes - self.allocated[b]) / slope)
+        if measured:
+            largest = measured[-1]
+            return self._nearest_on_grid(self._predicted_crossing(self.allocated[largest] / guide.predict(largest)))
+        if oom is not None and fit is None:
+            shortfall = max(1.0, guide.limit_bytes / guide.predict(oom))
+            return self._largest_predicted_fit(scale=shortfall * (1 + GUIDE_MARGIN))
+        if oom is None:
+            return min(2 * fit, self.search.cap)
+        return fit + (oom - fit) // (2 * g) * g
 
     def _nothing_fits_reason(self) -> str:
         start = self._name(self.search.start)
@@ -215,4 +324,5 @@ class _Search:
             probes_used=len(self.probes),
             gpu_seconds=sum(p.wall_time_s for p in self.probes),
             environment=self.environment,
+            predicted_frontier=self.predicted_frontier,
         )

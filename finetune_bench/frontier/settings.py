@@ -85,6 +85,9 @@ class ProbeSettings(StrictFromJson):
     confirmations: int = 1
     # Seconds after which a probe is killed and counts as a timeout.
     timeout_s: int = 1800
+    # Start at the memory model's predicted frontier and aim each next probe where the measured memory reaches the
+    # GPU's limit (docs/frontier.md); false, or where there is no prediction: doubling from the start value.
+    guided: bool = True
 
 
 @dataclass
@@ -100,6 +103,8 @@ class FrontierSearch:
     retries: int
     confirmations: int
     timeout_s: int
+    # Let the memory model guide the search (`ProbeSettings.guided`).
+    guided: bool = True
 
 
 def plan_searches(
@@ -174,6 +179,7 @@ def plan_searches(
                 retries=probes.retries,
                 confirmations=probes.confirmations,
                 timeout_s=probes.timeout_s,
+                guided=_check_bool("probes.guided", probes.guided),
             )
         )
     return searches

@@ -28,6 +28,15 @@ def gpu_names() -> list[str]:
         return []
 
 
+def gpu_memory_bytes() -> int | None:
+    """The first visible GPU's total memory as NVML reports it (no CUDA context is created); None without one."""
+    try:
+        nvml = _nvml()
+        return int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0)).total)
+    except Exception:  # no driver or no GPU: nothing to guide a search with, said by the caller
+        return None
+
+
 def driver_version() -> str:
     """The NVIDIA driver's version; `unknown (<why>)` when NVML cannot say."""
     try:

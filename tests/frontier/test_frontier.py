@@ -20,6 +20,7 @@ from finetune_bench.frontier.search import (
     NOTHING_FITS,
     PROBE_FAILED,
     REACHED_CAP,
+    Guide,
     ProbeOutcome,
     search_frontier,
 )
@@ -583,3 +584,67 @@ def test_throughput_plan_is_empty_when_not_measured():
         results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1, measure_throughput=True
     )
     assert all(isinstance(run, PlannedRun) for run in planned) and len(planned) == 3
+
+
+# --- the guided search ------------------------------------------------------------------------------------
+
+
+class LinearMemory:
+    """A GPU where a size costs `per_unit` bytes above `fixed`; OOM above `limit`."""
+
+    def __init__(self, fixed, per_unit, limit, dimension=BATCH_SIZE):
+        self.fixed, self.per_unit, self.limit, self.dimension = fixed, per_unit, limit, dimension
+        self.calls: list[int] = []
+
+    def __call__(self, args: TrainingArgs) -> ProbeOutcome:
+        value = getattr(args, self.dimension)
+        self.calls.append(value)
+        peak = self.fixed + self.per_unit * value
+        if peak > self.limit:
+            return ProbeOutcome(status="oom", reason="out of memory at step 1", wall_time_s=20)
+        return ProbeOutcome(status="ok", wall_time_s=20, peak_allocated_bytes=peak, peak_reserved_bytes=peak * 1.05)
+
+
+def truth(fixed, per_unit, limit, start, cap, granularity=1):
+    fits = [v for v in range(start, cap + 1, granularity) if fixed + per_unit * v <= limit]
+    return max(fits) if fits else None
+
+
+@pytest.mark.parametrize(
+    "model_error,per_unit_error",
+    [(0.0, 0.0), (0.08, 0.1), (-0.08, -0.1), (0.1, -0.1), (-0.1, 0.1), (0.03, -0.05), (-0.05, 0.03)],
+)
+def test_a_guided_search_finds_the_frontier_in_at_most_four_probes(model_error, per_unit_error):
+    """With the memory model within 10 % (in total and in slope), the guided search needs at most 4 probes,
+    confirmation included, and finds the frontier the doubling search finds."""
+    fixed, per_unit, limit = 30 * GIB, 1.7 * GIB, 78 * GIB
+    model = Guide(predict=lambda v: fixed * (1 + model_error) + per_unit * (1 + per_unit_error) * v, limit_bytes=limit)
+    guided = search_frontier(make_search(start=8, cap=256), LinearMemory(fixed, per_unit, limit), model)
+    doubling = search_frontier(make_search(start=8, cap=256), LinearMemory(fixed, per_unit, limit))
+    assert guided.frontier == doubling.frontier == truth(fixed, per_unit, limit, 8, 256)
+    assert guided.status == FOUND and guided.first_oom == guided.frontier + 1
+    assert guided.probes_used <= 4, [(p.value, p.phase, p.status) for p in guided.probes]
+    assert doubling.probes_used > guided.probes_used
+    assert guided.predicted_frontier is not None and doubling.predicted_frontier is None
+
+
+@pytest.mark.parametrize("model_error", [-0.5, 0.6])
+def test_a_badly_wrong_model_still_finds_the_frontier(model_error):
+    """The model only picks where to probe: far off, the search takes more probes, never a wrong frontier."""
+    fixed, per_unit, limit = 20 * GIB, 0.9 * GIB, 78 * GIB
+    model = Guide(predict=lambda v: (fixed + per_unit * v) * (1 + model_error), limit_bytes=limit)
+    result = search_frontier(make_search(start=1, cap=256), LinearMemory(fixed, per_unit, limit), model)
+    assert result.frontier == truth(fixed, per_unit, limit, 1, 256)
+    assert result.status == FOUND and result.first_oom == result.frontier + 1
+
+
+def test_a_guided_sequence_search_stays_on_its_granularity_and_reaches_the_cap():
+    fixed, per_unit, limit = 10 * GIB, 0.001 * GIB, 78 * GIB
+    gpu = LinearMemory(fixed, per_unit, limit, dimension=SEQ_LENGTH)
+    model = Guide(predict=lambda v: fixed + per_unit * v, limit_bytes=limit)
+    search = make_search(dimension=SEQ_LENGTH, start=1024, cap=65536, granularity=1024)
+    result = search_frontier(search, gpu, model)
+    assert result.frontier == truth(fixed, per_unit, limit, 1024, 65536, 1024)
+    assert all(v % 1024 == 0 for v in gpu.calls)
+    capped = search_frontier(search, LinearMemory(fixed, per_unit, 1000 * GIB, SEQ_LENGTH), model)
+    assert capped.status == REACHED_CAP and capped.frontier == 65536 and capped.probes_used <= 3

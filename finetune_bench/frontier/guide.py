@@ -1,0 +1,39 @@
+"""The memory model as a frontier search's guide: the predicted peak allocated memory at each size of the searched
+dimension, and the memory a probe can allocate on the GPU."""
+
+import dataclasses
+from pathlib import Path
+
+from finetune_bench.frontier.search import Guide
+from finetune_bench.frontier.settings import FrontierSearch
+from finetune_bench.prediction.gpus import usable_bytes
+from finetune_bench.prediction.grid import sequences_full, shape_of
+from finetune_bench.prediction.memory import predict_memory
+from finetune_bench.prediction.shapes import NoPrediction
+
+# What a probe can allocate of what torch can reserve: the allocator keeps some of it in blocks that a request
+# does not fit (H100 probes ran out of memory with 77.3-77.9 of 78.4 GiB allocated).
+ALLOCATABLE_SHARE = 0.98
+
+
+def memory_guide(
+    search: FrontierSearch, gpu_memory_bytes: float | None, model_dir: Path | None = None
+) -> tuple[Guide | None, str]:
+    """The guide of `search` on a GPU of `gpu_memory_bytes` (None: no guide), or None and why not."""
+    if not search.guided:
+        return None, "probes.guided is false"
+    if not gpu_memory_bytes:
+        return None, "no GPU memory to aim at (no NVIDIA GPU visible)"
+    shape, why = shape_of(search.training_args, str(model_dir) if model_dir else None)
+    if shape is None:
+        return None, why
+
+    def predict(value: int) -> float:
+        args = dataclasses.replace(search.training_args, **{search.dimension: value})
+        return predict_memory(args, shape, sequences_full(args)).peak_allocated_bytes
+
+    try:
+        predict(search.start)
+    except NoPrediction as reason:
+        return None, str(reason)
+    return Guide(predict=predict, limit_bytes=usable_bytes(gpu_memory_bytes) * ALLOCATABLE_SHARE), ""
