@@ -44,15 +44,19 @@ run: $(VENV)/.installed
 demo:
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml
 
-# A dry run of the benchmark workflow: validates INPUTS and prints, per condition, the predicted peak memory and its
-# parts, whether it fits the GPU, the step time; then the GPU-hours and their cost. Nothing is downloaded or trained.
+# A dry run: validates INPUTS and prints what the memory model predicts, nothing downloaded or trained. A benchmark
+# inputs file: per condition the peak memory and its parts, whether it fits the GPU, the step time; GPU-hours and
+# cost. A memory-frontier inputs file (one with arms / batch_size_search / seq_length_search / probes): each
+# search's predicted frontier.
 #   make plan INPUTS=inputs/phi3_alpaca.yaml PLAN_ARGS="--gpu_kind H100 --gpu_hour_price 3.5"
 PLAN_ARGS ?= --gpu_kind H100
+PLAN_WORKFLOW = $(if $(shell grep -lE '^(arms|batch_size_search|seq_length_search|probes):' $(INPUTS)),workflows/frontier.py memory_frontier,workflows/benchmark.py benchmarking_experiment)
 plan: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
-	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment \
-	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) 2>&1 | grep -v 'UserWarning\|parser = \|return super\|pieces = '
-	@echo "plan: $(abspath $(RUN_DIR))/plan.html"
+	@FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
+	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
+	  grep -v 'UserWarning\|parser = \|return super\|pieces = ' $(RUN_DIR)/plan.log; \
+	  test $$status -eq 0 && echo "plan: $$(ls $(abspath $(RUN_DIR))/*plan.html)"; exit $$status
 
 # The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit so that the
 # frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.

@@ -1,11 +1,13 @@
 """Memory-frontier tasks: plan the searches, run one search (its probes in child processes), plan the
 throughput runs at the frontiers, and build the report."""
 
+import html
 import logging
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+import click
 import pandas as pd
 from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
@@ -13,6 +15,7 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.guide import memory_guide
+from finetune_bench.frontier.predicted import predicted_frontiers
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
 from finetune_bench.frontier.search import FrontierResult, search_frontier
@@ -29,10 +32,12 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes
+from finetune_bench.prediction.grid import check_plan_settings, target_gpu
+from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 from tasks.train import checked
 
 logger = logging.getLogger(__name__)
@@ -50,12 +55,15 @@ def plan_frontier(
     concurrency: int,
     min_success_ratio: float,
     condition_timeout_s: int,
+    gpu_kind: str = "",
+    gpu_memory_gib: float = 0.0,
 ) -> list[FrontierSearch]:
     """Validate the inputs (before anything is downloaded or probed) and list the searches; every problem is
     reported at once."""
     return checked(
         lambda: plan_searches(training_args, arms, batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
+        lambda: check_plan_settings(gpu_kind, gpu_memory_gib, 0.0),
     )
 
 
@@ -102,6 +110,27 @@ class FrontierReport(NamedTuple):
     report: FlyteFile
     # What left a measured throughput run unstored, unlogged or unexported (see `require_nothing_lost`).
     problems: list[str]
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
+def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memory_gib: float) -> FrontierOutputs:
+    """The dry run's outputs: the predicted frontier of every search (in place of the frontier table), no probes,
+    no throughput runs, and the plan report (frontier_plan.html, also the Deck)."""
+    target = target_gpu(gpu_kind, gpu_memory_gib)
+    table = predicted_frontiers(searches, target)
+    print(f"target GPU: {target.describe()}\n{table.to_string(index=False)}", flush=True)
+    intro = (
+        f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
+        "is the largest size whose predicted peak allocated memory stays within what a probe can allocate "
+        "(docs/prediction.md); a guided search starts just below it and needs about 4 probes.</p>"
+    )
+    report = Report(sections={"Plan": intro + table_html(table.round(2))})
+    report_file, _, problems = publish(
+        report, "frontier_plan.html", {"frontier_plan": table}, {}, title="Frontier plan"
+    )
+    if problems:  # the plan was asked to be exported and was not: the run says so in its exit status
+        raise click.ClickException("; ".join(problems))
+    return FrontierOutputs(table, pd.DataFrame(), pd.DataFrame(), report_file)
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)

@@ -7,7 +7,7 @@ union run --remote workflows/frontier.py memory_frontier --inputs-file inputs/fr
 
 from functools import partial
 
-from flytekit import dynamic, map_task, workflow
+from flytekit import conditional, dynamic, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 
 from finetune_bench.frontier.search import FrontierResult
@@ -27,6 +27,7 @@ from tasks.frontier import (
     plan_frontier,
     plan_frontier_throughput,
     report_frontier,
+    report_frontier_plan,
     search_memory_frontier,
 )
 from tasks.inputs_yaml import require_unique_keys
@@ -58,39 +59,19 @@ SMOKE_TRAINING_ARGS = TrainingArgs(
 
 
 @workflow
-def memory_frontier(
-    training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
-    arms: list[FrontierArm] = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")],  # noqa: B006
-    batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
-    seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
-    probes: ProbeSettings = ProbeSettings(
-        max_steps=2, timing_warmup_steps=1, retries=1, confirmations=1, timeout_s=600
-    ),
-    measure_throughput: bool = False,
-    n_runs: int = 1,
-    concurrency: int = 4,
-    min_success_ratio: float = 0.1,
-    condition_timeout_s: int = 3600,
-    results_store: str = "",
-    force_fresh: bool = False,
+def measure_frontiers(
+    searches: list[FrontierSearch],
+    training_args: TrainingArgs,
+    arms: list[FrontierArm],
+    measure_throughput: bool,
+    n_runs: int,
+    concurrency: int,
+    min_success_ratio: float,
+    condition_timeout_s: int,
+    results_store: str,
+    force_fresh: bool,
 ) -> FrontierOutputs:
-    """Returns the frontier table (one row per arm × dimension), every probe, the throughput runs at the
-    frontiers (empty unless measure_throughput) and the HTML report.
-
-    Probes always run afresh. The throughput runs go through the benchmark's train task, which keeps
-    finished runs in `results_store` and reuses them unless `force_fresh` (see workflows/benchmark.py).
-    """
-    searches = plan_frontier(
-        training_args=training_args,
-        arms=arms,
-        batch_size_search=batch_size_search,
-        seq_length_search=seq_length_search,
-        probes=probes,
-        n_runs=n_runs,
-        concurrency=concurrency,
-        min_success_ratio=min_success_ratio,
-        condition_timeout_s=condition_timeout_s,
-    )
+    """Download the model and data, run the searches, then (optionally) the throughput runs, and report."""
     dataset_dir, model_dir, sources = download_sources(training_args, after=searches)
     results = run_searches(
         searches=searches,
@@ -118,4 +99,68 @@ def memory_frontier(
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
+    return frontiers, probe_table, throughput, report
+
+
+@workflow
+def memory_frontier(
+    training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
+    arms: list[FrontierArm] = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")],  # noqa: B006
+    batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
+    seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
+    probes: ProbeSettings = ProbeSettings(
+        max_steps=2, timing_warmup_steps=1, retries=1, confirmations=1, timeout_s=600
+    ),
+    measure_throughput: bool = False,
+    n_runs: int = 1,
+    concurrency: int = 4,
+    min_success_ratio: float = 0.1,
+    condition_timeout_s: int = 3600,
+    results_store: str = "",
+    force_fresh: bool = False,
+    dry_run: bool = False,
+    gpu_kind: str = "",
+    gpu_memory_gib: float = 0.0,
+) -> FrontierOutputs:
+    """Returns the frontier table (one row per arm × dimension), every probe, the throughput runs at the
+    frontiers (empty unless measure_throughput) and the HTML report.
+
+    Probes always run afresh. The throughput runs go through the benchmark's train task, which keeps
+    finished runs in `results_store` and reuses them unless `force_fresh` (see workflows/benchmark.py).
+    `dry_run`: nothing is downloaded or probed; the outputs are each search's predicted frontier on `gpu_kind`
+    (empty: the train task's accelerator; `gpu_memory_gib` overrides its memory), see docs/prediction.md.
+    """
+    searches = plan_frontier(
+        training_args=training_args,
+        arms=arms,
+        batch_size_search=batch_size_search,
+        seq_length_search=seq_length_search,
+        probes=probes,
+        n_runs=n_runs,
+        concurrency=concurrency,
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+        gpu_kind=gpu_kind,
+        gpu_memory_gib=gpu_memory_gib,
+    )
+    frontiers, probe_table, throughput, report = (
+        conditional("dry_run")
+        .if_(dry_run.is_true())
+        .then(report_frontier_plan(searches=searches, gpu_kind=gpu_kind, gpu_memory_gib=gpu_memory_gib))
+        .else_()
+        .then(
+            measure_frontiers(
+                searches=searches,
+                training_args=training_args,
+                arms=arms,
+                measure_throughput=measure_throughput,
+                n_runs=n_runs,
+                concurrency=concurrency,
+                min_success_ratio=min_success_ratio,
+                condition_timeout_s=condition_timeout_s,
+                results_store=results_store,
+                force_fresh=force_fresh,
+            )
+        )
+    )
     return frontiers, probe_table, throughput, report

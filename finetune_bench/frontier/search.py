@@ -129,6 +129,21 @@ class Guide:
     limit_bytes: float
 
 
+def largest_predicted_fit(search: FrontierSearch, guide: Guide, scale: float = 1.0) -> int:
+    """The largest size of the search's grid whose predicted peak, times `scale`, stays within the guide's limit
+    (the start value when none does): the predicted frontier."""
+    low, high = 0, (search.cap - search.start) // search.granularity
+    if guide.predict(search.start) * scale > guide.limit_bytes:
+        return search.start
+    while low < high:  # the prediction grows with the size: bisect the grid
+        middle = (low + high + 1) // 2
+        if guide.predict(search.start + middle * search.granularity) * scale <= guide.limit_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return search.start + low * search.granularity
+
+
 class _ProbeKeptFailing(Exception):
     def __init__(self, value: int, probes: list[Probe]):
         self.value, self.probes = value, probes
@@ -259,19 +274,7 @@ class _Search:
         return below + g * (guide.limit_bytes - low) / (high - low)
 
     def _largest_predicted_fit(self, scale: float = 1.0) -> int:
-        """The largest size on the grid whose predicted peak, times `scale`, stays within the limit (the start
-        value when none does)."""
-        s, guide = self.search, self.guide
-        low, high = 0, (s.cap - s.start) // s.granularity
-        if guide.predict(s.start) * scale > guide.limit_bytes:
-            return s.start
-        while low < high:  # the prediction grows with the size: bisect the grid
-            middle = (low + high + 1) // 2
-            if guide.predict(s.start + middle * s.granularity) * scale <= guide.limit_bytes:
-                low = middle
-            else:
-                high = middle - 1
-        return s.start + low * s.granularity
+        return largest_predicted_fit(self.search, self.guide, scale)
 
     def _interpolated(self, fit: int | None, oom: int | None) -> int:
         """Where the memory reaches the limit. Two measured fits: the line through them. One: the model scaled to

@@ -49,3 +49,23 @@ def test_a_predicted_oom_is_recorded_without_launching(tmp_path, monkeypatch):
     assert "predicted out of memory" in result.reason and "H100" in result.reason
     assert result.predicted_peak_reserved_bytes == run.predicted_peak_reserved_bytes
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir()), "a prediction is not stored"
+
+
+def test_a_frontier_dry_run_predicts_each_search(tmp_path, monkeypatch):
+    from flytekit.clis.sdk_in_container.pyflyte import main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
+    args = ["run", "workflows/frontier.py", "memory_frontier", "--inputs-file", "inputs/frontier_llama1b_4096.yaml"]
+    result = CliRunner().invoke(main, [*args, "--dry_run", "--gpu_kind", "H200"])
+    assert result.exit_code == 0, result.output
+    cache = tmp_path / "cache"
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*")), "a dry run downloads nothing"
+    import pandas as pd
+
+    plan = pd.read_csv(tmp_path / "export" / "frontier_plan.csv").set_index(["arm", "dimension"])
+    liger = plan.loc[("liger", "per_device_train_batch_size"), "predicted_frontier"]
+    baseline = plan.loc[("baseline", "per_device_train_batch_size"), "predicted_frontier"]
+    assert liger > 2 * baseline > 0
+    assert plan.loc[("liger", "max_seq_length"), "verdict"].startswith("the cap fits")
