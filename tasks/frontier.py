@@ -121,7 +121,7 @@ def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memo
     print(f"target GPU: {target.describe()}\n{table.to_string(index=False)}", flush=True)
     intro = (
         f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
-        "is the largest size whose predicted peak allocated memory stays within what a probe can allocate "
+        "is the largest size whose predicted peak reserved memory stays within what torch can reserve "
         "(docs/prediction.md); a guided search starts just below it and needs about 4 probes.</p>"
     )
     report = Report(sections={"Plan": intro + table_html(table.round(2))})

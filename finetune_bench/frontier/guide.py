@@ -1,5 +1,5 @@
-"""The memory model as a frontier search's guide: the predicted peak allocated memory at each size of the searched
-dimension, and the memory a probe can allocate on the GPU."""
+"""The memory model as a frontier search's guide: the predicted peak reserved memory at each size of the searched
+dimension, and what torch can reserve on the GPU."""
 
 import dataclasses
 from pathlib import Path
@@ -10,10 +10,6 @@ from finetune_bench.prediction.gpus import usable_bytes
 from finetune_bench.prediction.grid import sequences_full, shape_of
 from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import NoPrediction
-
-# What a probe can allocate of what torch can reserve: the allocator keeps some of it in blocks that a request
-# does not fit (H100 probes ran out of memory with 77.3-77.9 of 78.4 GiB allocated).
-ALLOCATABLE_SHARE = 0.98
 
 
 def memory_guide(
@@ -30,10 +26,10 @@ def memory_guide(
 
     def predict(value: int) -> float:
         args = dataclasses.replace(search.training_args, **{search.dimension: value})
-        return predict_memory(args, shape, sequences_full(args)).peak_allocated_bytes
+        return predict_memory(args, shape, sequences_full(args)).peak_reserved_bytes
 
     try:
         predict(search.start)
     except NoPrediction as reason:
         return None, str(reason)
-    return Guide(predict=predict, limit_bytes=usable_bytes(gpu_memory_bytes) * ALLOCATABLE_SHARE), ""
+    return Guide(predict=predict, limit_bytes=usable_bytes(gpu_memory_bytes)), ""

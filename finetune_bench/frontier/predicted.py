@@ -18,8 +18,8 @@ GUIDED_PROBES = 4
 
 
 def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.DataFrame:
-    """One row per search: the predicted frontier on `target` (the largest size whose predicted peak allocated
-    memory stays within what a probe can allocate), that peak, and the GPU time of a guided search (4 probes'
+    """One row per search: the predicted frontier on `target` (the largest size whose predicted peak reserved
+    memory stays within what torch can reserve), that peak, and the GPU time of a guided search (4 probes'
     start-up)."""
     rows = []
     for search in searches:
@@ -37,8 +37,8 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
             row["verdict"] = "found"
         args = dataclasses.replace(search.training_args, **{search.dimension: frontier})
         peak = predict_memory(args, model_shape(model_config(args.model_name)), sequences_full(args))
-        row.update(predicted_frontier=frontier, predicted_peak_allocated_gib=peak.peak_allocated_bytes / GIB)
-        row["allocatable_gib"] = guide.limit_bytes / GIB
+        row.update(predicted_frontier=frontier, predicted_peak_reserved_gib=peak.peak_reserved_bytes / GIB)
+        row["usable_gib"] = guide.limit_bytes / GIB
         row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S
         rows.append(row)
     return pd.DataFrame(rows)

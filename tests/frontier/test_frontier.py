@@ -590,7 +590,7 @@ def test_throughput_plan_is_empty_when_not_measured():
 
 
 class LinearMemory:
-    """A GPU where a size costs `per_unit` bytes above `fixed`; OOM above `limit`."""
+    """A GPU where a size reserves `per_unit` bytes above `fixed`; OOM when that exceeds `limit`."""
 
     def __init__(self, fixed, per_unit, limit, dimension=BATCH_SIZE):
         self.fixed, self.per_unit, self.limit, self.dimension = fixed, per_unit, limit, dimension
@@ -602,7 +602,7 @@ class LinearMemory:
         peak = self.fixed + self.per_unit * value
         if peak > self.limit:
             return ProbeOutcome(status="oom", reason="out of memory at step 1", wall_time_s=20)
-        return ProbeOutcome(status="ok", wall_time_s=20, peak_allocated_bytes=peak, peak_reserved_bytes=peak * 1.05)
+        return ProbeOutcome(status="ok", wall_time_s=20, peak_allocated_bytes=peak / 1.05, peak_reserved_bytes=peak)
 
 
 def truth(fixed, per_unit, limit, start, cap, granularity=1):
