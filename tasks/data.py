@@ -3,14 +3,17 @@
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 from flytekit import current_context, task
 from flytekit.core.promise import Promise
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.running.preflight import refuse_unfillable
 from finetune_bench.sources.datasets import prepare_dataset
 from finetune_bench.sources.models import prepare_model
 from finetune_bench.sources.versions import SourceVersions, source_versions
@@ -124,3 +127,16 @@ def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, P
     )
     model_dir = download_model(model_name=training_args.model_name, version=versions.model_cache_key)
     return dataset_dir, model_dir, versions
+
+
+@task(container_image=training_image, requests=DOWNLOAD_RESOURCES)
+def check_training_data(
+    planned: list[PlannedRun], dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
+) -> list[PlannedRun]:
+    """The planned runs, those whose downloaded data cannot fill one batch at their max_seq_length refused (they
+    end as error results saying why, without being launched on a GPU)."""
+    checked = refuse_unfillable(planned, Path(dataset_dir.download()), Path(model_dir.download()))
+    for before, run in zip(planned, checked, strict=True):
+        if run.refused != before.refused:
+            logger.warning("%s run %d: %s", run.condition_id, run.run_number, run.refused)
+    return checked

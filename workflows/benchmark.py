@@ -16,7 +16,7 @@ from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_e
 from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image
 from tasks.analysis import analyze_results, require_nothing_lost
-from tasks.data import download_sources
+from tasks.data import check_training_data, download_sources
 from tasks.inputs_yaml import require_unique_keys
 from tasks.plan import report_plan
 from tasks.records import TrainOutput
@@ -66,6 +66,7 @@ def measure_grid(
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """Download the model and data, train every planned run, analyse and report."""
     dataset_dir, model_dir, sources = download_sources(training_args, after=planned)
+    planned = check_training_data(planned=planned, dataset_dir=dataset_dir, model_dir=model_dir)
     outputs = run_benchmark(
         planned=planned,
         dataset_dir=dataset_dir,

@@ -157,3 +157,19 @@ def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int
         else ""
     )
     raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}{hint}")
+
+
+# The backends that train on `tokenize_prompt_completion`'s examples (TRL's SFTTrainer tokenizes on its own).
+OWN_TOKENIZATION_BACKENDS = ("plain_loop", "hf_trainer", "forward_only")
+
+
+def usable_examples(
+    dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", lengths: list[int]
+) -> dict[int, int]:
+    """How many examples `tokenize_prompt_completion` keeps at each max_seq_length of `lengths`: those whose
+    prompt leaves room for at least one completion token (a plain-text row always does). The prompts are
+    tokenized once, whatever the number of lengths."""
+    if "prompt" not in dataset.column_names:
+        return dict.fromkeys(lengths, len(dataset))
+    prompt_lengths = [len(ids) for ids in tokenizer(list(dataset["prompt"]))["input_ids"]]
+    return {length: sum(n < length for n in prompt_lengths) for length in lengths}

@@ -1,0 +1,43 @@
+"""Checks on the downloaded data, before any run is launched: a condition whose max_seq_length leaves no
+example (or fewer than one batch) with a token to learn from would only fail on the GPU, run after run."""
+
+import dataclasses
+from pathlib import Path
+
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.running.backends.data import (
+    OWN_TOKENIZATION_BACKENDS,
+    NotOneBatch,
+    require_one_batch,
+    usable_examples,
+)
+
+
+def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: Path) -> list[PlannedRun]:
+    """`planned`, with every run whose dataset cannot fill one batch at its max_seq_length refused (it ends as
+    an error result naming why, without being launched). Checked for the backends that tokenize with
+    `tokenize_prompt_completion`, unpacked; the others are left as they are."""
+    checked = [
+        run
+        for run in planned
+        if not (run.refused or run.predicted_oom)
+        and run.training_args.backend in OWN_TOKENIZATION_BACKENDS
+        and not run.training_args.packing
+    ]
+    if not checked:
+        return planned
+    from transformers import AutoTokenizer
+
+    from finetune_bench.sources.datasets import load_prompt_completion
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lengths = sorted({run.training_args.max_seq_length for run in checked})
+    usable = usable_examples(load_prompt_completion(dataset_dir), tokenizer, lengths)
+    refused = {}
+    for run in checked:
+        args = run.training_args
+        try:
+            require_one_batch(usable[args.max_seq_length], args.per_device_train_batch_size, args.max_seq_length)
+        except NotOneBatch as exc:
+            refused[id(run)] = f"not launched: {exc} (checked on the downloaded data before any run)"
+    return [dataclasses.replace(run, refused=refused[id(run)]) if id(run) in refused else run for run in planned]

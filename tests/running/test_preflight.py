@@ -1,0 +1,47 @@
+"""A condition whose max_seq_length leaves fewer than one batch of examples with a token to learn from is refused
+on the downloaded data, before any run is launched; the count is the one the backends' tokenization keeps."""
+
+import pytest
+
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.running.backends.data import tokenize_prompt_completion, usable_examples
+from finetune_bench.running.preflight import refuse_unfillable
+from finetune_bench.sources.datasets import load_prompt_completion, prepare_dataset
+from finetune_bench.sources.models import prepare_model
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        t = TrainingArgs()
+        dataset_dir = prepare_dataset(
+            t.dataset_name, t.dataset_split, t.synthetic_num_examples, t.synthetic_min_words, t.synthetic_max_words
+        )
+        return dataset_dir, prepare_model(t.model_name)
+
+
+def test_the_count_is_what_the_backends_keep(sources):
+    from transformers import AutoTokenizer
+
+    dataset_dir, model_dir = sources
+    dataset, tokenizer = load_prompt_completion(dataset_dir), AutoTokenizer.from_pretrained(model_dir)
+    counts = usable_examples(dataset, tokenizer, [8, 16, 24, 32])
+    for length, count in counts.items():
+        assert count == len(tokenize_prompt_completion(dataset, tokenizer, length))
+    assert counts[8] == 0 < counts[32]
+    assert list(counts.values()) == sorted(counts.values()), "a longer window never keeps fewer examples"
+
+
+def test_runs_that_cannot_fill_a_batch_are_refused_before_launch(sources):
+    dataset_dir, model_dir = sources
+    training = TrainingArgs(backend="plain_loop")
+    planned = plan_runs(ExperimentArgs(max_seq_length=[8, 32], arm=["baseline"]), training, 2)
+    checked = refuse_unfillable(planned, dataset_dir, model_dir)
+    refused = {(r.condition_id, r.run_number): r.refused for r in checked if r.refused}
+    assert set(refused) == {("arm=baseline,max_seq_length=8", 0), ("arm=baseline,max_seq_length=8", 1)}
+    assert all("every example's prompt fills max_seq_length 8" in reason for reason in refused.values())
+    # TRL tokenizes on its own: its runs are not judged by this count
+    trl = plan_runs(ExperimentArgs(max_seq_length=[8]), TrainingArgs(backend="trl_sft"), 1)
+    assert refuse_unfillable(trl, dataset_dir, model_dir) == trl
