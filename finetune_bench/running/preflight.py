@@ -12,16 +12,21 @@ from finetune_bench.running.backends.data import (
     usable_examples,
 )
 
+# TRL's SFTTrainer drops the examples whose prompt fills max_seq_length too, with its own tokenization: when none is
+# left it fails at its first step (`num_samples should be a positive integer value, but got num_samples=0`).
+TRL = "trl_sft"
+
 
 def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: Path) -> list[PlannedRun]:
     """`planned`, with every run whose dataset cannot fill one batch at its max_seq_length refused (it ends as
-    an error result naming why, without being launched). Checked for the backends that tokenize with
-    `tokenize_prompt_completion`, unpacked; the others are left as they are."""
+    an error result naming why, without being launched). Checked, unpacked, for the backends that tokenize with
+    `tokenize_prompt_completion`; for TRL's, whose count may differ by a few examples, only a dataset with no
+    example left at all is refused."""
     checked = [
         run
         for run in planned
         if not (run.refused or run.predicted_oom)
-        and run.training_args.backend in OWN_TOKENIZATION_BACKENDS
+        and run.training_args.backend in (*OWN_TOKENIZATION_BACKENDS, TRL)
         and not run.training_args.packing
     ]
     if not checked:
@@ -36,8 +41,9 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
     refused = {}
     for run in checked:
         args = run.training_args
+        batch = 1 if args.backend == TRL else args.per_device_train_batch_size
         try:
-            require_one_batch(usable[args.max_seq_length], args.per_device_train_batch_size, args.max_seq_length)
+            require_one_batch(usable[args.max_seq_length], batch, args.max_seq_length)
         except NotOneBatch as exc:
             refused[id(run)] = f"not launched: {exc} (checked on the downloaded data before any run)"
     return [dataclasses.replace(run, refused=refused[id(run)]) if id(run) in refused else run for run in planned]
