@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
-from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
 from finetune_bench.inputs.validation import validate, validate_condition
 
@@ -115,43 +115,52 @@ def plan_searches(
     probes: ProbeSettings,
     n_runs: int = 1,
 ) -> list[FrontierSearch]:
-    """Validate every input (naming the key at fault) and list the searches: per arm, per enabled dimension."""
+    """Validate every input (naming the key at fault; every problem at once) and list the searches: per arm, per
+    enabled dimension."""
+    problems = Problems()
     # The training settings as given (they are what the throughput runs train with) ...
-    validate(no_axes(), training_args, n_runs)
-    _check_arms(arms)
-    _check_int("probes.max_steps", probes.max_steps, minimum=1)
-    _check_int("probes.timing_warmup_steps", probes.timing_warmup_steps, minimum=0)
-    if probes.timing_warmup_steps >= probes.max_steps:
-        raise SpecError(
+    with problems.check():
+        validate(no_axes(), training_args, n_runs)
+    with problems.check():
+        _check_arms(arms)
+    for key, minimum in (("max_steps", 1), ("timing_warmup_steps", 0), ("retries", 0), ("confirmations", 0)):
+        with problems.check():
+            _check_int(f"probes.{key}", getattr(probes, key), minimum=minimum)
+    with problems.check():
+        _check_int("probes.timeout_s", probes.timeout_s, minimum=1)
+    with problems.check():
+        _check_bool("probes.guided", probes.guided)
+    steps = (probes.timing_warmup_steps, probes.max_steps)
+    if all(isinstance(n, int) and not isinstance(n, bool) for n in steps) and steps[0] >= steps[1]:
+        problems.found.append(
             f"probes.timing_warmup_steps ({probes.timing_warmup_steps}) must be below probes.max_steps "
             f"({probes.max_steps}): no step would be measured"
         )
-    _check_int("probes.retries", probes.retries, minimum=0)
-    _check_int("probes.confirmations", probes.confirmations, minimum=0)
-    _check_int("probes.timeout_s", probes.timeout_s, minimum=1)
     ranges: list[_Range] = []
-    if _check_bool("batch_size_search.enabled", batch_size_search.enabled):
-        b = batch_size_search
-        ranges.append(_Range(BATCH_SIZE, "batch_size_search", b.start, b.cap, 1, {}))
-    if _check_bool("seq_length_search.enabled", seq_length_search.enabled):
-        q = seq_length_search
-        _check_int("seq_length_search.batch_size", q.batch_size, minimum=1)
-        _check_int("seq_length_search.granularity", q.granularity, minimum=1)
-        ranges.append(
-            _Range(SEQ_LENGTH, "seq_length_search", q.start, q.cap, q.granularity, {BATCH_SIZE: q.batch_size})
-        )
-    if not ranges:
-        raise SpecError("batch_size_search.enabled and seq_length_search.enabled are both false: nothing to search")
-    for r in ranges:
-        _check_int(f"{r.key}.start", r.start, minimum=1)
-        _check_int(f"{r.key}.cap", r.cap, minimum=1)
-        if r.cap < r.start:
-            raise SpecError(f"{r.key}.cap ({r.cap}) must not be below {r.key}.start ({r.start})")
-        if r.start % r.granularity or r.cap % r.granularity:
-            raise SpecError(
-                f"{r.key}.start ({r.start}) and {r.key}.cap ({r.cap}) must be multiples of "
-                f"{r.key}.granularity ({r.granularity})"
+    with problems.check():
+        if _check_bool("batch_size_search.enabled", batch_size_search.enabled):
+            b = batch_size_search
+            ranges.append(_Range(BATCH_SIZE, "batch_size_search", b.start, b.cap, 1, {}))
+    with problems.check():
+        if _check_bool("seq_length_search.enabled", seq_length_search.enabled):
+            q = seq_length_search
+            sub = Problems()
+            with sub.check():
+                _check_int("seq_length_search.batch_size", q.batch_size, minimum=1)
+            with sub.check():
+                _check_int("seq_length_search.granularity", q.granularity, minimum=1)
+            sub.raise_if_any()
+            ranges.append(
+                _Range(SEQ_LENGTH, "seq_length_search", q.start, q.cap, q.granularity, {BATCH_SIZE: q.batch_size})
             )
+    if not ranges and not problems.found:
+        problems.found.append(
+            "batch_size_search.enabled and seq_length_search.enabled are both false: nothing to search"
+        )
+    for r in ranges:
+        with problems.check():
+            _check_range(r)
+    problems.raise_if_any()
     _check_data_fits(training_args, ranges)
 
     searches = []
@@ -183,6 +192,23 @@ def plan_searches(
             )
         )
     return searches
+
+
+def _check_range(r: "_Range") -> None:
+    """A search's start and cap: positive, in order, on its granularity."""
+    problems = Problems()
+    with problems.check():
+        _check_int(f"{r.key}.start", r.start, minimum=1)
+    with problems.check():
+        _check_int(f"{r.key}.cap", r.cap, minimum=1)
+    problems.raise_if_any()
+    if r.cap < r.start:
+        raise SpecError(f"{r.key}.cap ({r.cap}) must not be below {r.key}.start ({r.start})")
+    if r.start % r.granularity or r.cap % r.granularity:
+        raise SpecError(
+            f"{r.key}.start ({r.start}) and {r.key}.cap ({r.cap}) must be multiples of "
+            f"{r.key}.granularity ({r.granularity})"
+        )
 
 
 class _Range(NamedTuple):

@@ -306,6 +306,22 @@ def test_bad_inputs_name_the_key(changes, key):
         plan(**changes)
 
 
+def test_every_problem_of_the_frontier_inputs_is_reported_at_once():
+    with pytest.raises(SpecError) as refused:
+        plan(
+            arms=[],
+            batch_size_search=BatchSizeSearch(start=8, cap=4),
+            seq_length_search=SeqLengthSearch(batch_size=0),
+            probes=ProbeSettings(retries=-1, max_steps=2, timing_warmup_steps=2),
+            training_args=dataclasses.replace(ROOMY_DATA, max_seq_length=0),
+        )
+    text = str(refused.value)
+    for key in ("arms", "batch_size_search.cap", "seq_length_search.batch_size", "probes.retries",
+                "probes.timing_warmup_steps", "training_args.max_seq_length"):  # fmt: skip
+        assert key in text, text
+    assert text.startswith("6 problems in the inputs")
+
+
 @pytest.mark.parametrize(
     "cls, text, message",
     [
