@@ -13,7 +13,6 @@ from flytekit.types.directory import FlyteDirectory
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.running.preflight import refuse_unfillable
 from finetune_bench.sources.datasets import prepare_dataset
 from finetune_bench.sources.models import prepare_model
 from finetune_bench.sources.versions import SourceVersions, source_versions
@@ -135,6 +134,8 @@ def check_training_data(
 ) -> list[PlannedRun]:
     """The planned runs, those whose downloaded data cannot fill one batch at their max_seq_length refused (they
     end as error results saying why, without being launched on a GPU)."""
+    from finetune_bench.running.preflight import refuse_unfillable  # torch: only where the check runs
+
     checked = refuse_unfillable(planned, Path(dataset_dir.download()), Path(model_dir.download()))
     for before, run in zip(planned, checked, strict=True):
         if run.refused != before.refused:

@@ -63,39 +63,85 @@ class Arm:
         return {switch: switch == self.liger_kernel for switch in switches}
 
 
-def supported_model_types() -> list[str]:
-    """Model types Liger can patch, from Liger's own table."""
+@functools.cache
+def _liger_table() -> dict[str, dict[str, bool]]:
+    """Liger's table of patch functions: per model type, each on/off switch and its default.
+
+    Read from the source of `liger_kernel.transformers.monkey_patch` (its `MODEL_TYPE_TO_APPLY_LIGER_FN` and the
+    functions it names), which importing would take seconds (torch, triton, every model of transformers) on a
+    machine that only plans. Should Liger's source stop having that shape, the module is imported instead."""
+    try:
+        return liger_table_from_source()
+    except Exception:  # a shape this reader does not know: ask Liger itself
+        return liger_table_from_import()
+
+
+def liger_table_from_source() -> dict[str, dict[str, bool]]:
+    """Liger's table read from its source, without importing it (raises on a shape it does not know)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    package = importlib.util.find_spec("liger_kernel")
+    tree = ast.parse((Path(package.origin).parent / "transformers" / "monkey_patch.py").read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    (table,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(target, "id", "") == "MODEL_TYPE_TO_APPLY_LIGER_FN" for target in node.targets)
+    ]
+    switches = {}
+    for key, value in zip(table.keys, table.values, strict=True):
+        arguments = functions[value.id].args
+        positional = arguments.args[len(arguments.args) - len(arguments.defaults) :]
+        defaults = dict(zip([a.arg for a in positional], arguments.defaults, strict=True))
+        defaults.update(
+            (a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True) if d is not None
+        )
+        switches[key.value] = {
+            name: default.value
+            for name, default in defaults.items()
+            if isinstance(default, ast.Constant) and isinstance(default.value, bool)
+        }
+    return switches
+
+
+def liger_table_from_import() -> dict[str, dict[str, bool]]:
+    """Liger's table from the imported module (seconds: torch, triton, transformers' models)."""
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
 
-    return sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)
+    return {
+        model_type: {
+            name: p.default for name, p in inspect.signature(function).parameters.items() if isinstance(p.default, bool)
+        }
+        for model_type, function in MODEL_TYPE_TO_APPLY_LIGER_FN.items()
+    }
+
+
+def supported_model_types() -> list[str]:
+    """Model types Liger can patch, from Liger's own table."""
+    return sorted(_liger_table())
 
 
 @functools.cache
 def kernel_switches(model_type: str) -> tuple[str, ...]:
     """The on/off switches of Liger's patch function for `model_type`, read from Liger's own table."""
-    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
-    function = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
-    return tuple(name for name, p in inspect.signature(function).parameters.items() if isinstance(p.default, bool))
+    return tuple(_liger_table()[model_type])
 
 
 @functools.cache
 def default_kernels(model_type: str) -> tuple[str, ...]:
     """The kernels Liger's patch function for `model_type` switches on by default (the `liger` arm's)."""
-    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
-    function = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
-    return tuple(name for name, p in inspect.signature(function).parameters.items() if p.default is True)
+    return tuple(name for name, on in _liger_table()[model_type].items() if on)
 
 
 @functools.cache
 def all_kernels() -> tuple[str, ...]:
     """Every kernel switch of any model type Liger can patch, in first-seen order."""
-    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
     seen: dict[str, None] = {}
-    for model_type in MODEL_TYPE_TO_APPLY_LIGER_FN:
-        seen.update(dict.fromkeys(kernel_switches(model_type)))
+    for switches in _liger_table().values():
+        seen.update(dict.fromkeys(switches))
     return tuple(seen)
 
 

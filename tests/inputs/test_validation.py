@@ -119,3 +119,13 @@ def test_every_bundled_inputs_file_has_unique_keys():
         assert isinstance(yaml.safe_load(path.read_text()), dict), path.name
     with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
         yaml.safe_load("a: 1\na: 2\n")
+
+
+def test_liger_s_table_is_read_from_its_source_as_importing_it_would_give():
+    """Planning reads Liger's table of patch functions from its source (importing it takes seconds); the reading
+    must be exactly what the imported module says."""
+    from finetune_bench.inputs.arms import liger_table_from_import, liger_table_from_source
+
+    from_source = liger_table_from_source()
+    assert from_source == liger_table_from_import()
+    assert from_source["llama"]["fused_linear_cross_entropy"] is True and from_source["llama"]["cross_entropy"] is False
