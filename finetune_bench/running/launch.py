@@ -77,18 +77,25 @@ def child_env(run: PlannedRun) -> dict[str, str]:
     return env
 
 
+def not_launched(run: PlannedRun) -> RunResult:
+    """The result of a run that is not launched: refused at planning or before launch (`error`, the refusal as
+    its reason), or predicted out of memory with `skip_predicted_oom` (`predicted_oom`)."""
+    return RunResult(
+        condition_id=run.condition_id,
+        run_number=run.run_number,
+        swept_axes=list(run.swept_axes),
+        training_args=run.training_args,
+        status=ERROR if run.refused else PREDICTED_OOM,
+        reason=run.refused or run.predicted_oom,
+        predicted_peak_reserved_bytes=run.predicted_peak_reserved_bytes,
+    )
+
+
 def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: Path, timeout_s: float) -> RunResult:
     """Train `run` in a child process under `work_dir`; classify how it ended (ok/oom/error/timeout).
     A run refused at planning ends as an error with the refusal as its reason, and launches nothing."""
     if run.refused:
-        return RunResult(
-            condition_id=run.condition_id,
-            run_number=run.run_number,
-            swept_axes=list(run.swept_axes),
-            training_args=run.training_args,
-            status=ERROR,
-            reason=run.refused,
-        )
+        return not_launched(run)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     condition_file = work_dir / "condition.json"
@@ -255,16 +262,8 @@ def run_or_reuse(
     The store never costs a measurement: an entry that does not match its checksums is reported and measured
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
     in its `problems` (the grid then ends with a failing status)."""
-    if run.predicted_oom:  # a prediction, not a measurement: never stored
-        return RunResult(
-            condition_id=run.condition_id,
-            run_number=run.run_number,
-            swept_axes=list(run.swept_axes),
-            training_args=run.training_args,
-            status=PREDICTED_OOM,
-            reason=run.predicted_oom,
-            predicted_peak_reserved_bytes=run.predicted_peak_reserved_bytes,
-        )
+    if run.refused or run.predicted_oom:  # nothing measured: nothing stored
+        return not_launched(run)
     hardware = hardware_fingerprint()
     identity = run_identity(run, hardware, sources or {})
     key = identity_key(identity)

@@ -69,3 +69,18 @@ def test_a_frontier_dry_run_predicts_each_search(tmp_path, monkeypatch):
     baseline = plan.loc[("baseline", "per_device_train_batch_size"), "predicted_frontier"]
     assert liger > 2 * baseline > 0
     assert plan.loc[("liger", "max_seq_length"), "verdict"].startswith("the cap fits")
+
+
+def test_a_refused_run_is_an_error_neither_launched_nor_stored(tmp_path, monkeypatch):
+    import dataclasses
+
+    (run,) = plan_runs(ExperimentArgs(arm=["baseline"]), TrainingArgs(), 1)
+    run = dataclasses.replace(run, refused="not launched: the dataset has 0 usable examples")
+
+    def launch(*_, **__):
+        raise AssertionError("a refused run must not be launched")
+
+    monkeypatch.setattr("finetune_bench.running.launch.subprocess.Popen", launch)
+    result = run_or_reuse(run, ResultStore(str(tmp_path / "store")), tmp_path, tmp_path, tmp_path / "work", 10)
+    assert (result.status, result.reason) == ("error", run.refused)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir()), "a refusal is not stored"
