@@ -9,6 +9,7 @@ from finetune_bench.inputs.arms import Arm, parse_arm
 from finetune_bench.inputs.catalog import BITSANDBYTES_OPTIMIZERS
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.running.liger_patching import apply_liger, unwrap_peft
+from finetune_bench.running.switchback import apply_switchback
 from finetune_bench.sources.models import is_random_init
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -83,48 +84,6 @@ def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
         loaded.liger_patches = apply_liger(model, **flags)
     if arm.compile:
         model.compile()
-
-
-def apply_switchback(model: torch.nn.Module) -> int:
-    """Replace every nn.Linear of the decoder layers (not the LM head or embeddings) by bitsandbytes'
-    SwitchBackLinear (int8 forward and input-gradient matmuls, 16-bit weight gradients) with the same
-    weights; return how many were replaced."""
-    try:
-        from bitsandbytes.nn import SwitchBackLinear
-    except ImportError as exc:
-        raise RuntimeError(
-            "the switchback arm needs bitsandbytes 0.49.2 (the last release with SwitchBack): "
-            "pip install 'finetune-bench[switchback]'"
-        ) from exc
-    if not next(model.parameters()).is_cuda:
-        raise RuntimeError("the switchback arm needs a CUDA GPU: SwitchBack's kernels are Triton GPU kernels")
-    import triton.language as tl
-
-    if not hasattr(tl, "libdevice"):
-        # Seen on an H200 with Triton 3.6: the kernels fail to compile (`tl.libdevice` is gone; aliased to
-        # triton.language.extra.libdevice, its llrint then refuses bf16 tensors). Fail before any step runs.
-        import triton
-
-        raise RuntimeError(
-            "the switchback arm cannot run with Triton "
-            f"{triton.__version__}: bitsandbytes 0.49.2's SwitchBack kernels call tl.libdevice.llrint, "
-            "which this Triton no longer has; they need the older Triton they were written for"
-        )
-    layers = model.get_decoder().layers
-    replaced = 0
-    for parent in layers.modules():
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                switchback = SwitchBackLinear(
-                    child.in_features, child.out_features, bias=child.bias is not None,
-                    device=child.weight.device, dtype=child.weight.dtype,
-                )  # fmt: skip
-                switchback.load_state_dict(child.state_dict())
-                setattr(parent, name, switchback)
-                replaced += 1
-    if not replaced:
-        raise RuntimeError("the switchback arm found no nn.Linear layer in the decoder to replace")
-    return replaced
 
 
 def run_details(loaded: LoadedModel, loss_path: str) -> dict:

@@ -1,0 +1,82 @@
+"""SwitchBack linear layers (Wortsman et al., 2023, "Stable and low-precision training for large-scale
+vision-language models"), through bitsandbytes 0.49.2's Triton kernels, on today's Triton.
+
+The algorithm, as bitsandbytes implements it (`SwitchBackLinear`, global weight quantization): the forward
+X·Wᵀ is an int8 matmul of X quantized row-wise and W quantized tensor-wise (each scaled by its absolute maximum
+to ±127 and rounded to the nearest integer, ties to even), dequantized to 16 bits; the input gradient G·W
+likewise (G row-wise, W tensor-wise); the weight gradient Gᵀ·X stays a 16-bit matmul ("switching back").
+
+Two things stand between those kernels and Triton 3.x, both fixed here without touching the algorithm:
+- Their quantize kernels round with `tl.libdevice.llrint`, which Triton 3 removed. `install_llrint` puts a
+  `tl.libdevice.llrint` back (`finetune_bench.running.switchback_llrint`): the same llrint of Triton's current
+  libdevice, with its argument in float32. Triton 3 no longer promotes `127.0 * half` to float32 and today's
+  llrint takes float32 or float64 only; the older Triton computed that product in float32 too.
+- Their matmul kernels write float16 whatever the input's dtype, so a bfloat16 model fails at its first layer
+  that follows one (a dtype mismatch). `SwitchBackLinear` here casts the output back to the input's dtype (the
+  gradient flows back through the cast).
+"""
+
+import types
+
+import torch
+
+
+class SwitchBackUnavailable(RuntimeError):
+    """The switchback arm cannot run here (no bitsandbytes 0.49.2, no CUDA GPU)."""
+
+
+def install_llrint() -> bool:
+    """Give `triton.language` the `libdevice.llrint` that bitsandbytes' SwitchBack kernels call, if this Triton
+    lacks it; True if it was installed. Before the first SwitchBack forward: Triton reads the kernels' globals
+    when it compiles them (and its cache key does not cover this, so a cached kernel may hide a missing one)."""
+    import triton.language as tl
+
+    if hasattr(tl, "libdevice"):
+        return False  # a Triton that still has it (before 3.0): the kernels run as written
+    from finetune_bench.running.switchback_llrint import llrint
+
+    libdevice = types.ModuleType("triton.language.libdevice")
+    libdevice.llrint = llrint
+    tl.libdevice = libdevice
+    return True
+
+
+def switchback_linear_class() -> type[torch.nn.Linear]:
+    """bitsandbytes' SwitchBackLinear with its output in its input's dtype."""
+    try:
+        from bitsandbytes.nn import SwitchBackLinear as BitsandbytesSwitchBackLinear
+    except ImportError as exc:
+        raise SwitchBackUnavailable(
+            "the switchback arm needs bitsandbytes 0.49.2 (the last release with SwitchBack): "
+            "pip install 'finetune-bench[switchback]'"
+        ) from exc
+
+    class SwitchBackLinear(BitsandbytesSwitchBackLinear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x).to(x.dtype)
+
+    return SwitchBackLinear
+
+
+def apply_switchback(model: torch.nn.Module) -> int:
+    """Replace every nn.Linear of the decoder layers (not the LM head or embeddings) by a SwitchBack linear
+    layer with the same weights; return how many were replaced."""
+    layer_class = switchback_linear_class()
+    if not next(model.parameters()).is_cuda:
+        raise SwitchBackUnavailable("the switchback arm needs a CUDA GPU: SwitchBack's kernels are Triton GPU kernels")
+    install_llrint()
+    layers = model.get_decoder().layers
+    replaced = 0
+    for parent in layers.modules():
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                switchback = layer_class(
+                    child.in_features, child.out_features, bias=child.bias is not None,
+                    device=child.weight.device, dtype=child.weight.dtype,
+                )  # fmt: skip
+                switchback.load_state_dict(child.state_dict())
+                setattr(parent, name, switchback)
+                replaced += 1
+    if not replaced:
+        raise RuntimeError("the switchback arm found no nn.Linear layer in the decoder to replace")
+    return replaced

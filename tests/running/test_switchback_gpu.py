@@ -1,0 +1,100 @@
+"""SwitchBack on a CUDA GPU: bitsandbytes 0.49.2's kernels through `finetune_bench.running.switchback` against the
+published algorithm computed here in float64, and the switchback arm trained end to end.
+
+Needs a CUDA GPU and the `switchback` extra; `pytest -m gpu tests/running/test_switchback_gpu.py`.
+"""
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import TrainingArgs
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("bitsandbytes")
+
+
+def quantize(x: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absmax int8 quantization (row-wise along `dim`, or of the whole tensor), rounding ties to even."""
+    x = x.double()
+    scale = x.abs().amax(dim=dim, keepdim=True) if dim is not None else x.abs().max()
+    return torch.round(127 * x / scale), scale
+
+
+def switchback_reference(x, w, g):
+    """SwitchBack's forward output, input gradient and weight gradient, in float64."""
+    qx, sx = quantize(x, dim=1)
+    qw, sw = quantize(w, dim=None)
+    out = (qx @ qw.T) * sx * sw / 127**2
+    qg, sg = quantize(g, dim=1)
+    grad_x = (qg @ qw) * sg * sw / 127**2
+    grad_w = g.double().T @ x.double()
+    return out, grad_x, grad_w
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_switchback_layer_computes_the_published_algorithm(dtype, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a warm cache could hide a kernel that no longer compiles
+    from finetune_bench.running.switchback import install_llrint, switchback_linear_class
+
+    install_llrint()
+    torch.manual_seed(0)
+    tokens, d_in, d_out = 256, 512, 384
+    layer = switchback_linear_class()(d_in, d_out, bias=False, device="cuda", dtype=dtype)
+    x = torch.randn(tokens, d_in, device="cuda", dtype=dtype, requires_grad=True)
+    g = torch.randn(tokens, d_out, device="cuda", dtype=dtype)
+    out = layer(x)
+    out.backward(g)
+    assert out.dtype == dtype and x.grad.dtype == dtype and layer.weight.grad.dtype == dtype
+
+    ref_out, ref_grad_x, ref_grad_w = switchback_reference(x.detach(), layer.weight.detach(), g)
+    exact_out = x.detach().double() @ layer.weight.detach().double().T
+
+    def relative(a, b):
+        return float((a.double() - b).abs().max() / b.abs().max())
+
+    # The int8 products are exact; what is left is 16-bit rounding of the scales and of the result.
+    assert relative(out, ref_out) < 1e-2
+    assert relative(x.grad, ref_grad_x) < 1e-2
+    assert relative(layer.weight.grad, ref_grad_w) < 1e-2  # 16-bit, not quantized
+    # ... and it is an int8 matmul: it departs from the 16-bit product by the quantization error
+    assert 1e-3 < relative(out, exact_out) < 5e-2
+
+
+def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(
+    tmp_path, tiny_dataset_dir, tiny_model_dir, monkeypatch
+):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    from finetune_bench.running.launch import run_in_child
+
+    results = {}
+    for arm in ("switchback", "baseline"):
+        args = dataclasses.replace(
+            TrainingArgs(),
+            arm=arm,
+            backend="plain_loop",
+            device="cuda",
+            dtype="bfloat16",
+            max_steps=6,
+            max_seq_length=64,
+            per_device_train_batch_size=4,
+            learning_rate=1e-3,
+            eval_examples=4,
+        )
+        planned = PlannedRun(condition_id=arm, run_number=0, training_args=args, swept_axes=[])
+        results[arm] = run_in_child(planned, tiny_dataset_dir, tiny_model_dir, tmp_path / arm, timeout_s=600)
+        assert results[arm].status == "ok", f"{results[arm].reason}\n{results[arm].error_tail}"
+    switchback, baseline = (results[arm].metrics for arm in ("switchback", "baseline"))
+    assert results["switchback"].details["switchback_layers"] == "14"  # 2 decoder layers × q, k, v, o, gate, up, down
+    assert results["baseline"].details["switchback_layers"] == "0"
+    # Same seed, same data: the int8 matmuls move the loss a little, not a lot; and training moved it
+    assert switchback["final_loss"] == pytest.approx(baseline["final_loss"], abs=0.05)
+    assert switchback["final_eval_loss"] == pytest.approx(baseline["final_eval_loss"], abs=0.05)
+    assert switchback["final_eval_loss"] < switchback["initial_eval_loss"] - 0.05
+    assert os.path.getsize(results["switchback"].steps_file) > 0
