@@ -16,6 +16,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
+from finetune_bench.analysis.parity import held_out_parity
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
@@ -102,11 +103,17 @@ class AnalysisOutputs(NamedTuple):
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
 def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float) -> AnalysisOutputs:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
-    them as files (report.html, results.parquet / .csv, steps.parquet / .csv, environment.json), and the
+    them as files (report.html, results / steps / loss_parity / held_out_parity as .parquet and .csv,
+    environment.json), and the
     problems that left a measured run unstored, unlogged or unexported."""
     analysis = analyze_grid(planned, *unpack(outputs))
     report = grid_report(analysis, alpha=alpha)
-    tables = {"results": analysis.table, "steps": analysis.steps}
+    tables = {
+        "results": analysis.table,
+        "steps": analysis.steps,
+        "loss_parity": analysis.parity,
+        "held_out_parity": held_out_parity(analysis.table, analysis.swept),
+    }
     report_file, files, export_problems = publish(
         report, "report.html", tables, {"environment": provenance(analysis, planned)}
     )

@@ -31,6 +31,7 @@ _PAIR_COLUMNS = [
     "verdict",
 ]
 MATCH, DIVERGED, NO_OVERLAP = "match", "diverged", "no overlap"
+DIFFERS = "differs"  # a held-out loss outside the tolerance of the baseline's
 
 
 def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
@@ -98,6 +99,57 @@ def loss_parity(steps: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
         default=MATCH,
     )
     return out.sort_values(["_pair"])[columns].reset_index(drop=True)
+
+
+def held_out_parity(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """One row per (arm run, baseline run) pair, as `loss_parity` pairs them, where both ended ok with a held-out
+    loss: the other swept axes, `run_number`, `arm`, `eval_loss` and `baseline_eval_loss` (after the last step),
+    `difference` (arm minus baseline), `perplexity_ratio` (arm over baseline) and `verdict` ("match" within
+    LOSS_ATOL + LOSS_RTOL * |baseline|, else "differs"). Empty when `arm` is not swept or no run evaluated."""
+    others = [axis for axis in swept if axis != "arm"]
+    columns = [
+        *others,
+        "run_number",
+        "arm",
+        "eval_loss",
+        "baseline_eval_loss",
+        "difference",
+        "perplexity_ratio",
+        "verdict",
+    ]
+    if "arm" not in swept or "final_eval_loss" not in table or table["final_eval_loss"].isna().all():
+        return pd.DataFrame(columns=columns)
+    evaluated = table[(table["status"] == "ok") & table["final_eval_loss"].notna()]
+    keys = [*others, "run_number"]
+    base = evaluated[evaluated["arm"] == BASELINE][[*keys, "final_eval_loss"]]
+    treated = evaluated[evaluated["arm"] != BASELINE][[*keys, "arm", "final_eval_loss"]]
+    pairs = treated.merge(base, on=keys, suffixes=("", "_baseline"))
+    if pairs.empty:
+        return pd.DataFrame(columns=columns)
+    arm_loss, base_loss = pairs["final_eval_loss"], pairs["final_eval_loss_baseline"]
+    out = pairs[keys].assign(
+        arm=pairs["arm"],
+        eval_loss=arm_loss,
+        baseline_eval_loss=base_loss,
+        difference=arm_loss - base_loss,
+        perplexity_ratio=np.exp(arm_loss - base_loss),
+        verdict=np.where(np.isclose(arm_loss, base_loss, rtol=LOSS_RTOL, atol=LOSS_ATOL), MATCH, DIFFERS),
+    )
+    return out[columns].reset_index(drop=True)
+
+
+def held_out_summary(held_out: pd.DataFrame) -> str:
+    """One plain-text line for a report: how many pairs' held-out losses match."""
+    if held_out.empty:
+        return ""
+    n_match = int((held_out["verdict"] == MATCH).sum())
+    worst = held_out.loc[held_out["difference"].abs().idxmax()]
+    return (
+        f"Held-out loss: {n_match} of {len(held_out)} arm/baseline {_plural(len(held_out), 'pair')} match within atol "
+        f"{LOSS_ATOL:g}, rtol {LOSS_RTOL:g} after the last step; the largest difference is {worst['difference']:+.4f} "
+        f"(arm {worst['arm']}, run {worst['run_number']}: {worst['eval_loss']:.4f} against "
+        f"{worst['baseline_eval_loss']:.4f})."
+    )
 
 
 def with_loss_parity(table: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:

@@ -33,6 +33,10 @@ _METRIC_COLUMNS = {
     "nvml_process_peak_bytes": ("nvml_process_peak_gib", GIB),
     "nvml_device_used_peak_bytes": ("nvml_device_used_peak_gib", GIB),
     "final_loss": ("final_loss", 1),
+    "initial_eval_loss": ("initial_eval_loss", 1),
+    "final_eval_loss": ("final_eval_loss", 1),
+    "final_eval_perplexity": ("final_eval_perplexity", 1),
+    "eval_time_s": ("eval_time_s", 1),
 }
 METRIC_COLUMNS = [column for column, _ in _METRIC_COLUMNS.values()]
 
@@ -122,6 +126,7 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
             "peak_allocated_gib",
             "peak_reserved_gib",
             "final_loss",
+            "final_eval_loss",
         ]
     ].median()
     counts = table.groupby(keys, dropna=False).agg(

@@ -114,6 +114,15 @@ class TrainingArgs(StrictFromJson):
     max_steps: int = 4
     # Steps excluded from the headline throughput (compilation, allocator warm-up, autotuning).
     timing_warmup_steps: int = 1
+    # Held-out evaluation (0 examples: none). `eval_examples` examples are set aside from the dataset and never
+    # trained on (the same ones in every run: a fixed selection), and evaluated before the first step, after
+    # every `eval_steps` optimizer steps (0: only after the last) and after the last step,
+    # `per_device_eval_batch_size` sequences at a time. Eval loss: the mean cross entropy per completion token,
+    # through the model's own forward (its logits), the same computation in every arm and backend; perplexity:
+    # its exp. Evaluation is kept out of the step times and memory peaks.
+    eval_examples: int = 0
+    eval_steps: int = 0
+    per_device_eval_batch_size: int = 4
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
@@ -182,6 +191,9 @@ def smoke_experiment() -> "ExperimentArgs":
 # Keys users bring from Liger's and TRL's own switches, and from earlier versions of these inputs.
 _LIGER_SWITCH_HINT = "liger on/off is the arm axis: arm: [liger, baseline]"
 _RENAMED = {"use_liger": _LIGER_SWITCH_HINT, "use_liger_kernel": _LIGER_SWITCH_HINT, "liger": _LIGER_SWITCH_HINT}
+# Names other tools give settings that spelling alone would match to another one (`batch_size` is nearer
+# `per_device_eval_batch_size` than the training batch it means).
+_ALIASES = {"batch_size": "per_device_train_batch_size", "train_batch_size": "per_device_train_batch_size"}
 
 
 def check_section(cls: type, section: str, data: Any) -> None:
@@ -199,7 +211,13 @@ def check_section(cls: type, section: str, data: Any) -> None:
         with problems.check():
             if key not in annotations:
                 hint = _RENAMED.get(str(key)) if "arm" in annotations else None
-                suggestion = f" (did you mean 'arm'? {hint})" if hint else closest(str(key), list(annotations))
+                alias = _ALIASES.get(str(key))
+                if hint:
+                    suggestion = f" (did you mean 'arm'? {hint})"
+                elif alias in annotations:
+                    suggestion = f" (did you mean {alias!r}?)"
+                else:
+                    suggestion = closest(str(key), list(annotations))
                 raise SpecError(f"{section}.{key} is not a setting{suggestion}")
             if cls is ExperimentArgs:
                 if not isinstance(value, list):
@@ -286,6 +304,7 @@ _POSITIVE_INTS = {
     "synthetic_num_examples",
     "synthetic_min_words",
     "synthetic_max_words",
+    "per_device_eval_batch_size",
 }
 _CHOICES = {
     "backend": BACKENDS,
@@ -322,6 +341,8 @@ def _check_value(key: str, name: str, value: Any) -> None:
         raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
     if name in _POSITIVE_INTS and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
+    if name in ("eval_examples", "eval_steps") and value < 0:
+        raise SpecError(f"{key} must not be negative (0 turns it off), got {value!r}")
     if name == "timing_warmup_steps" and value < 0:
         raise SpecError(f"{key} must not be negative, got {value!r}")
     if name in _CHOICES and value not in _CHOICES[name]:

@@ -122,12 +122,26 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"use packing false with {backend!r}"
         )
     _check_lora_and_optimizer(training_args, where)
+    if training_args.eval_examples and backend == "forward_only":
+        raise SpecError(
+            f"training_args.eval_examples ({training_args.eval_examples}) with backend 'forward_only'{where}: "
+            "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
+        )
     batch = training_args.per_device_train_batch_size
     generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
-    if generated and not training_args.packing and training_args.synthetic_num_examples < batch:
+    training_examples = training_args.synthetic_num_examples - training_args.eval_examples
+    if generated and training_args.eval_examples >= training_args.synthetic_num_examples:
+        raise SpecError(
+            f"training_args.eval_examples ({training_args.eval_examples}) holds out every one of the "
+            f"synthetic_num_examples ({training_args.synthetic_num_examples}){where}: none would be left to train on"
+        )
+    if generated and not training_args.packing and training_examples < batch:
+        eval_examples = training_args.eval_examples
+        held_out = f" once eval_examples ({eval_examples}) are held out" if eval_examples else ""
         raise SpecError(
             f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below one batch of "
-            f"per_device_train_batch_size {batch}{where}: a batch cannot hold more examples than the dataset has"
+            f"per_device_train_batch_size {batch}{held_out}{where}: a batch cannot hold more examples than the "
+            "dataset has"
         )
     arm = parse_arm(training_args.arm)
     if arm.liger:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_bench.inputs.secrets import SECRET_NAME, redact, secret_values
+from finetune_bench.measuring.quality import perplexity
 from finetune_bench.results.record import RunResult
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,9 @@ def step_metrics(steps_file: str | os.PathLike | None) -> list[tuple[int, dict[s
             for name in ("loss", "step_time_s", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries"):
                 if value.get(name) is not None:
                     metrics[f"step/{name}"] = value[name]
+            if _finite(value.get("eval_loss")):  # evaluated on the held-out examples after this step
+                metrics["eval/loss"] = value["eval_loss"]
+                metrics["eval/perplexity"] = perplexity(value["eval_loss"])
             for name in ("peak_allocated_bytes", "peak_reserved_bytes"):
                 if _finite(value.get(name)):
                     metrics[f"step/{name.removesuffix('_bytes')}_gib"] = value[name] / _GIB

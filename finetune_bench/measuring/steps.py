@@ -2,7 +2,8 @@
 
 The recorder is framework-neutral: a backend calls `begin_training`, `add_batch` for every
 micro-batch it feeds the model, and `end_step` after every optimizer step; `record_loss` when a
-loss is known. Step times are taken with the device synchronized at step boundaries, so a step's
+loss is known; `record_eval` after a held-out evaluation, run inside `outside_steps` so that its time and
+memory are kept out of the steps'. Step times are taken with the device synchronized at step boundaries, so a step's
 time is the wall time from the end of the previous step to the end of this one (data loading,
 forward, backward, optimizer and logging included).
 """
@@ -15,12 +16,15 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from finetune_bench.measuring.gpu import NvmlPeakSampler
+from finetune_bench.measuring.quality import perplexity
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ STEP_COLUMNS = (
     "padded_tokens",
     "model_flops",
     "loss",
+    "eval_loss",
     "peak_allocated_bytes",
     "peak_reserved_bytes",
     "gc_time_s",
@@ -51,6 +56,8 @@ class StepRecord:
     is_warmup: bool
     model_flops: float | None = None
     loss: float | None = None
+    # The held-out loss evaluated after this step (None: not evaluated after it).
+    eval_loss: float | None = None
     # What explains a slow step: time in Python's garbage collector, and how often the CUDA caching
     # allocator had to call cudaMalloc, or free its cache and retry (both synchronize the device).
     gc_time_s: float = 0.0
@@ -106,6 +113,10 @@ class StepRecorder:
     _gc: GcTimer = field(default_factory=GcTimer)
     _gc_at_last_end: float = 0.0
     _allocator_at_last_end: tuple[int, int] = (0, 0)
+    # Held-out evaluations: the loss before the first step, and the total time and tokens they took.
+    initial_eval_loss: float | None = None
+    eval_time_s: float = 0.0
+    eval_tokens: int = 0
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
@@ -198,6 +209,33 @@ class StepRecorder:
         # The next step's clock starts after the bookkeeping: writing the table is not training time.
         self._last_end = time.perf_counter() if self.steps_file is not None else now
 
+    @contextmanager
+    def outside_steps(self) -> Iterator[None]:
+        """Run work between steps (a held-out evaluation) without it counting in any step: the next step's
+        clock, memory peaks, allocator counts and garbage-collection time start after it."""
+        self._sync()
+        yield
+        self._sync()
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._allocator_at_last_end = self._allocator_counts()
+        self._gc_at_last_end = self._gc.total_s
+        self._last_end = time.perf_counter()
+
+    def record_eval(self, step: int, loss: float, tokens: int, seconds: float) -> None:
+        """Keep the held-out loss evaluated after step `step` (0: before the first step), over `tokens` tokens in
+        `seconds`. A NaN or infinite held-out loss ends the run, as a training loss does."""
+        self.eval_time_s += seconds
+        self.eval_tokens += tokens
+        if step == 0:
+            self.initial_eval_loss = loss
+        elif 1 <= step <= len(self.steps):
+            self.steps[step - 1].eval_loss = loss
+            if self.steps_file is not None:
+                self.write_steps(self.steps_file)
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the held-out loss is {loss} after step {step}")
+
     def end_training(self) -> None:
         """Stop background sampling (call once, whatever way training ended)."""
         self._gc.remove()
@@ -265,6 +303,15 @@ class StepRecorder:
         losses = [s.loss for s in self.steps if s.loss is not None]
         if losses:
             out["final_loss"] = losses[-1]
+        if self.initial_eval_loss is not None:
+            out["initial_eval_loss"] = self.initial_eval_loss
+        evaluated = [s.eval_loss for s in self.steps if s.eval_loss is not None]
+        if evaluated:
+            out["final_eval_loss"] = evaluated[-1]
+            out["final_eval_perplexity"] = perplexity(evaluated[-1])
+        if self.eval_tokens:
+            out["eval_time_s"] = self.eval_time_s
+            out["eval_tokens"] = float(self.eval_tokens)
         # ru_maxrss is in KiB on Linux.
         out["process_peak_rss_bytes"] = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         return out

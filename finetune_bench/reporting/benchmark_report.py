@@ -16,7 +16,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
-from finetune_bench.analysis.parity import DIVERGED, parity_summary  # noqa: E402
+from finetune_bench.analysis.parity import DIVERGED, held_out_parity, held_out_summary, parity_summary  # noqa: E402
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
 from finetune_bench.analysis.tables import (  # noqa: E402
@@ -189,12 +189,19 @@ def _speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list
     return fig
 
 
-def _loss_curves_figure(steps: pd.DataFrame, swept: list[str], max_panels: int = 12) -> plt.Figure | None:
-    """Loss per step, one panel per condition of the other axes, every run of every arm overlaid."""
-    if steps is None or steps.empty or steps["loss"].isna().all():
+def _loss_curves_figure(
+    steps: pd.DataFrame,
+    swept: list[str],
+    max_panels: int = 12,
+    column: str = "loss",
+    title: str = "Training loss per step (one line per run)",
+) -> plt.Figure | None:
+    """`column` (the training loss, or the held-out loss) per step, one panel per condition of the other axes,
+    every run of every arm overlaid."""
+    if steps is None or steps.empty or column not in steps or steps[column].isna().all():
         return None
     facets = [axis for axis in swept if axis != "arm"]
-    data = _with_arm(steps[steps["loss"].notna()]).copy()
+    data = _with_arm(steps[steps[column].notna()]).copy()
     data["panel"] = _panels(data, facets)
     panels = list(dict.fromkeys(data["panel"]))[:max_panels]
     data = data[data["panel"].isin(panels)]
@@ -203,12 +210,12 @@ def _loss_curves_figure(steps: pd.DataFrame, swept: list[str], max_panels: int =
     # Dashed baseline under solid arms: curves that match exactly stay visible.
     dashes = {arm: (4, 2) if arm in (BASELINE, BASELINE_REPEAT) else "" for arm in palette}
     grid = sns.relplot(
-        data=data, x="step", y="loss", hue="arm", hue_order=list(palette), palette=palette, units="run_number",
+        data=data, x="step", y=column, hue="arm", hue_order=list(palette), palette=palette, units="run_number",
         style="arm", style_order=list(palette), dashes=dashes, estimator=None, kind="line", col="panel",
         col_wrap=columns if len(panels) > 1 else None, height=3.2, aspect=1.4, alpha=0.8, facet_kws={"sharey": False},
     )  # fmt: skip
     grid.set_titles("{col_name}")
-    grid.figure.suptitle("Training loss per step (one line per run)", y=1.02)
+    grid.figure.suptitle(title, y=1.02)
     return grid.figure
 
 
@@ -342,6 +349,30 @@ def _prediction_html(table: pd.DataFrame) -> str:
     return "<h3>Predicted memory</h3>" + "".join(parts)
 
 
+def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[str], held_out: pd.DataFrame) -> str:
+    """The held-out evaluation: its curves, every run's loss before and after training, and each arm's run
+    against its baseline run."""
+    if "final_eval_loss" not in table or table["final_eval_loss"].isna().all():
+        return ""
+    parts = [
+        "<h3>Held-out loss</h3><p>Mean cross entropy per completion token of the held-out examples (never trained "
+        "on, the same ones in every run), through the model's own logits: the same computation in every arm. "
+        "Perplexity is its exp.</p>"
+    ]
+    curves = _loss_curves_figure(steps, swept, column="eval_loss", title="Held-out loss (one line per run)")
+    if curves is not None and steps["eval_loss"].notna().groupby(steps["condition_id"]).sum().max() > 1:
+        parts.append(figure_html(curves, "held-out loss curves"))
+    keys = [*swept, "run_number"] if swept else ["condition_id", "run_number"]
+    columns = [*keys, "status", "initial_eval_loss", "final_eval_loss", "final_eval_perplexity", "eval_time_s"]
+    parts.append(table_html(table[table["final_eval_loss"].notna()][columns].round(4)))
+    if not held_out.empty:
+        parts.append(
+            "<p>Each arm's run against the baseline run with the same other settings and run number, after the "
+            "last step.</p>" + table_html(held_out.round(4))
+        )
+    return "".join(parts)
+
+
 def build_report(
     table: pd.DataFrame,
     swept: list[str],
@@ -407,6 +438,9 @@ def build_report(
         )
     if "arm" in swept and steps is not None:
         overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
+    held_out = held_out_parity(table, swept)
+    if not held_out.empty:
+        overview.append(f"<p><b>{html.escape(held_out_summary(held_out))}</b></p>")
     env_items = {k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}
     if capacity:
         env_items["gpu_memory_gib"] = f"{capacity:.1f}"
@@ -466,6 +500,7 @@ def build_report(
             "<h3>Loss parity</h3><p>Each arm's run against the baseline run with the same other settings and run "
             "number (same seed, same data order), step by step.</p>" + table_html(parity)
         )
+    sections["Loss curves"] += _held_out_html(table, steps, swept, held_out)
     times = _step_time_figure(steps, swept)
     sections["Step times"] = (
         figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"

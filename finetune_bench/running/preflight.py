@@ -33,17 +33,29 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
         return planned
     from transformers import AutoTokenizer
 
-    from finetune_bench.sources.datasets import load_prompt_completion
+    from finetune_bench.sources.datasets import load_prompt_completion, split_held_out
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    dataset = load_prompt_completion(dataset_dir)
+    usable = {}  # (eval_examples, max_seq_length) → usable training examples once those are held out
+    unsplittable = {}  # eval_examples → why they cannot be held out
     lengths = sorted({run.training_args.max_seq_length for run in checked})
-    usable = usable_examples(load_prompt_completion(dataset_dir), tokenizer, lengths)
+    for held_out in sorted({run.training_args.eval_examples for run in checked}):
+        try:
+            training = split_held_out(dataset, held_out)[0]
+        except ValueError as exc:
+            unsplittable[held_out] = str(exc)
+            continue
+        for length, count in usable_examples(training, tokenizer, lengths).items():
+            usable[held_out, length] = count
     refused = {}
     for run in checked:
         args = run.training_args
         batch = 1 if args.backend == TRL else args.per_device_train_batch_size
         try:
-            require_one_batch(usable[args.max_seq_length], batch, args.max_seq_length)
+            if args.eval_examples in unsplittable:
+                raise NotOneBatch(unsplittable[args.eval_examples])
+            require_one_batch(usable[args.eval_examples, args.max_seq_length], batch, args.max_seq_length)
         except NotOneBatch as exc:
             refused[id(run)] = f"not launched: {exc} (checked on the downloaded data before any run)"
     return [dataclasses.replace(run, refused=refused[id(run)]) if id(run) in refused else run for run in planned]

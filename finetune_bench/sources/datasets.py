@@ -202,3 +202,35 @@ def load_prompt_completion(dataset_dir: Path) -> "datasets.Dataset":
         return formats.to_prompt_completion(ds, fmt)
     except ValueError as exc:
         raise ValueError(f"dataset at {dataset_dir}: {exc}") from None
+
+
+# The held-out selection is seeded apart from the runs' `seed`: every run of a grid (every arm, every repeat,
+# whatever its seed) is evaluated on the same examples.
+HELD_OUT_SEED = 0
+
+
+def split_held_out(
+    dataset: "datasets.Dataset", eval_examples: int
+) -> tuple["datasets.Dataset", "datasets.Dataset | None"]:
+    """(the examples to train on, the `eval_examples` held out from them); no held-out part for 0. The held-out
+    examples are a fixed random selection (`HELD_OUT_SEED`) and are never trained on; the training examples
+    keep their order."""
+    if eval_examples == 0:
+        return dataset, None
+    if eval_examples >= len(dataset):
+        raise ValueError(
+            f"eval_examples ({eval_examples}) would hold out every example: the dataset has {len(dataset)}"
+        )
+    indexed = dataset.add_column("_row", list(range(len(dataset))))
+    split = indexed.train_test_split(test_size=eval_examples, shuffle=True, seed=HELD_OUT_SEED)
+    held_out_rows = set(split["test"]["_row"])
+    training = dataset.select([row for row in range(len(dataset)) if row not in held_out_rows])
+    return training, split["test"].remove_columns("_row")
+
+
+def load_training_and_held_out(
+    dataset_dir: Path, eval_examples: int
+) -> tuple["datasets.Dataset", "datasets.Dataset | None"]:
+    """The prepared dataset as prompt/completion pairs, split into the training examples and the held-out
+    ones (`split_held_out`)."""
+    return split_held_out(load_prompt_completion(dataset_dir), eval_examples)

@@ -6,6 +6,7 @@ from html import escape
 import pandas as pd
 import pytest
 
+from finetune_bench.analysis.parity import held_out_parity
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.tables import arms_vs_baseline, condition_summary, results_table, steps_table
 from finetune_bench.inputs.plan import plan_runs
@@ -154,3 +155,36 @@ def test_extra_swept_axis_gets_its_own_panel():
     assert len(comparison) == 4
     assert "over 4 condition(s)" in report.sections["Summary"]
     assert report.sections["Throughput"].count("data:image/png;base64,") == 1
+
+
+def test_held_out_losses_pair_each_arm_run_with_its_baseline_and_reach_the_report(grid):
+    planned, results = grid
+    evaluated = []
+    for result in results:
+        if result is not None and result.status == "ok":
+            liger = result.training_args.arm == "liger"
+            # liger run 0 at batch 8 is off by 0.2 (outside the tolerance); the others agree to 1e-3
+            off = (
+                0.2 if liger and result.run_number == 0 and result.training_args.per_device_train_batch_size == 8 else 0
+            )
+            final = 2.0 + 0.001 * liger + off + 0.01 * result.run_number
+            result = dataclasses.replace(
+                result, metrics={**result.metrics, "initial_eval_loss": 6.9, "final_eval_loss": final}
+            )
+        evaluated.append(result)
+    table = results_table(planned, evaluated)
+    held_out = held_out_parity(table, SWEPT)
+    # batch 8: runs 0 and 1 of the baseline, liger run 1 lost → one pair; batch 16: the baseline ran out of memory
+    assert held_out[["per_device_train_batch_size", "run_number", "arm"]].values.tolist() == [[8, 0, "liger"]]
+    assert held_out["difference"].iloc[0] == pytest.approx(0.201)
+    assert held_out["verdict"].iloc[0] == "differs"
+    report = build_report(table, SWEPT, {})
+    assert "Held-out loss: 0 of 1 arm/baseline pair match" in report.sections["Summary"]
+    assert "+0.2010" in report.sections["Summary"]
+    assert "<h3>Held-out loss</h3>" in report.sections["Loss curves"]
+    assert "final_eval_loss" in report.sections["Loss curves"]
+
+
+def test_no_held_out_section_without_an_evaluation(grid):
+    report = build_report(results_table(*grid), SWEPT, {})
+    assert "Held-out" not in report.to_html()

@@ -1,6 +1,8 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
+import yaml
 
 from finetune_bench.inputs.arms import ArmError, kernel_switches, parse_arm
 from finetune_bench.inputs.errors import SpecError
@@ -132,3 +134,41 @@ def test_liger_arms_on_a_model_type_liger_cannot_patch_are_refused_alone():
 def test_a_kernel_the_model_type_lacks_is_refused_for_that_condition():
     runs = plan_runs(ExperimentArgs(arm=["liger:geglu", "baseline"], per_device_train_batch_size=[]), TrainingArgs(), 1)
     assert "no 'geglu' kernel for model type 'llama'" in runs[0].refused and runs[1].refused == ""
+
+
+INPUTS_DIR = Path(__file__).resolve().parents[2] / "inputs"
+FRONTIER_KEYS = {"arms", "batch_size_search", "seq_length_search", "probes"}
+BENCHMARK_INPUTS = sorted(
+    path for path in INPUTS_DIR.glob("*.yaml") if not FRONTIER_KEYS & set(yaml.safe_load(path.read_text()))
+)
+
+
+@pytest.mark.parametrize("path", BENCHMARK_INPUTS, ids=[p.stem for p in BENCHMARK_INPUTS])
+def test_every_benchmark_inputs_file_plans(path):
+    inputs = yaml.safe_load(path.read_text())
+    planned = plan_runs(
+        ExperimentArgs(**inputs.get("experiment_args", {})),
+        TrainingArgs(**inputs.get("training_args", {})),
+        inputs.get("n_runs", 1),
+    )
+    assert planned and not any(run.refused for run in planned)
+
+
+def test_the_convergence_files_are_one_run_on_generated_and_on_real_data():
+    synthetic, real = (
+        yaml.safe_load((INPUTS_DIR / f"convergence_tinyllama_{name}.yaml").read_text())
+        for name in ("synthetic", "alpaca")
+    )
+    assert {k: v for k, v in synthetic.items() if k != "training_args"} == {
+        k: v for k, v in real.items() if k != "training_args"
+    }
+    source_keys = {"model_name", "dataset_name", "learning_rate"}  # from scratch on generated data, fine-tuned on real
+    differing = {
+        k for k in synthetic["training_args"].keys() | real["training_args"].keys() if not k.startswith("synthetic_")
+    }
+    differing = {k for k in differing if synthetic["training_args"].get(k) != real["training_args"].get(k)}
+    assert differing == source_keys
+    args = TrainingArgs(**synthetic["training_args"])
+    # long enough for the loss to fall well below its start, with a held-out set evaluated along the way
+    assert args.max_steps >= 200 and args.eval_examples > 0 and 0 < args.eval_steps < args.max_steps
+    assert synthetic["experiment_args"]["arm"] == ["liger", "baseline"]

@@ -17,10 +17,11 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
+from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
 from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.running.liger_patching import loss_path
-from finetune_bench.sources.datasets import load_prompt_completion
+from finetune_bench.sources.datasets import load_training_and_held_out
 
 
 def train(
@@ -43,14 +44,16 @@ def train(
     # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
     # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
     path = loss_path(loaded.model)
-    data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), loaded.tokenizer, args.max_seq_length)
+    training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+    evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
+    data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
     require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     trainer = recording_trainer(Trainer, recorder)(
         model=loaded.model,
         args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
         train_dataset=data,
         data_collator=partial(collate, pad_token_id=loaded.tokenizer.pad_token_id),
-        callbacks=[recording_callback(recorder)],
+        callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
     details = run_details(loaded, path)

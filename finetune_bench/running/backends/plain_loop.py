@@ -34,8 +34,9 @@ from finetune_bench.running.backends.data import (
     require_one_batch,
     tokenize_prompt_completion,
 )
+from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.liger_patching import loss_path
-from finetune_bench.sources.datasets import load_prompt_completion
+from finetune_bench.sources.datasets import load_training_and_held_out
 
 
 def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) -> torch.optim.Optimizer:
@@ -143,7 +144,9 @@ def train(
     model.config.use_cache = False
     model.train()
 
-    data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
+    training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+    evaluator = HeldOutEvaluator(args, held_out, tokenizer, device, recorder)
+    data = tokenize_prompt_completion(training, tokenizer, args.max_seq_length)
     if args.packing:
         check_packing_isolates_examples(model)
         data = pack(data, args.max_seq_length)
@@ -170,6 +173,7 @@ def train(
         num_training_steps=args.max_steps,
     )
 
+    evaluator.maybe_evaluate(model, 0)
     recorder.begin_training()
     for step in range(1, args.max_steps + 1):
         step_loss = torch.zeros((), device=device)
@@ -187,5 +191,6 @@ def train(
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
+        evaluator.maybe_evaluate(model, step)
 
     return run_details(loaded, path)

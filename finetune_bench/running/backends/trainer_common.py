@@ -9,6 +9,7 @@ import torch
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
+from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 
 if TYPE_CHECKING:
     import transformers
@@ -44,12 +45,14 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
     )
 
 
-def recording_callback(recorder: StepRecorder) -> "transformers.TrainerCallback":
-    """A TrainerCallback that times steps, injects test faults and records the logged loss."""
+def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "transformers.TrainerCallback":
+    """A TrainerCallback that times steps, injects test faults, records the logged loss and runs the held-out
+    evaluations (`evaluator`; before the first step and after the steps it is due)."""
     from transformers import TrainerCallback
 
     class RecordingCallback(TrainerCallback):
-        def on_train_begin(self, *_, **__) -> None:
+        def on_train_begin(self, *_, model: torch.nn.Module | None = None, **__) -> None:
+            evaluator.maybe_evaluate(model, 0)
             recorder.begin_training()
 
         def on_step_end(
@@ -62,6 +65,7 @@ def recording_callback(recorder: StepRecorder) -> "transformers.TrainerCallback"
         ) -> None:
             recorder.end_step()
             faults.maybe_inject(state.global_step, model)
+            evaluator.maybe_evaluate(model, state.global_step)
 
         def on_log(
             self,

@@ -17,9 +17,10 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
 from finetune_bench.running.backends.data import check_packing_isolates_examples, require_one_batch
+from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
 from finetune_bench.running.liger_patching import loss_path
-from finetune_bench.sources.datasets import load_prompt_completion
+from finetune_bench.sources.datasets import load_training_and_held_out
 
 TRL_LOSS_PATH = "trl_chunked_lm_head"
 
@@ -58,7 +59,8 @@ def train(
 
         trainer_class = ModelLossSFTTrainer
     recorder.attach_model(loaded.model)
-    dataset = load_prompt_completion(dataset_dir)
+    dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+    evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     if not args.packing:  # packed, several examples share a row: TRL counts the rows
         require_one_batch(len(dataset), args.per_device_train_batch_size, args.max_seq_length)
     if args.packing:
@@ -80,7 +82,7 @@ def train(
         args=config,
         train_dataset=dataset,
         processing_class=loaded.tokenizer,
-        callbacks=[recording_callback(recorder)],
+        callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
     return run_details(loaded, path)
