@@ -76,3 +76,38 @@ def loss_path(model: torch.nn.Module) -> str:
     if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
         return "liger_cross_entropy"
     return "hf_cross_entropy"
+
+
+def keep_liger_out_of_compiled_graphs() -> list[str]:
+    """Make `torch.compile` run Liger's kernels eagerly, between its graphs, instead of tracing them; return the
+    Liger autograd Functions this applies to. Call after Liger was applied (its modules imported) and before
+    the first compiled call; process-wide, as Liger's own patches are.
+
+    Why: on torch 2.11 / liger-kernel 0.8.5 (an H100), a model whose Liger kernels dynamo traced trained with
+    wrong losses at some steps (1,035 where the eager loss was 12.2) or failed with an illegal memory access: the
+    fused linear cross entropy breaks dynamo's graph at a `.item()` and its chunk loop of in-place Triton kernels
+    is compiled in fragments. With the kernels kept out, the losses matched the eager ones.
+
+    How: dynamo traces a call to an autograd Function's `apply` whatever `apply` is, so every global of Liger's
+    modules bound to one of its Functions is replaced by a plain class whose `apply` is the original one under
+    `torch.compiler.disable` (the `supports_*` flags Liger reads from the class are copied)."""
+    functions = {
+        value
+        for name, module in list(sys.modules.items())
+        if name.startswith("liger_kernel") and module is not None
+        for value in vars(module).values()
+        if inspect.isclass(value)
+        and issubclass(value, torch.autograd.Function)
+        and value.__module__.startswith("liger_kernel")
+    }
+    eager = {}
+    for function in functions:
+        namespace = {"apply": staticmethod(torch.compiler.disable(function.apply)), "compiled_eagerly": function}
+        namespace.update({attr: getattr(function, attr) for attr in dir(function) if attr.startswith("supports_")})
+        eager[function] = type(f"{function.__name__}Eager", (), namespace)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("liger_kernel") and module is not None:
+            for attribute, value in list(vars(module).items()):
+                if inspect.isclass(value) and value in eager:
+                    setattr(module, attribute, eager[value])
+    return sorted(function.__name__ for function in functions)

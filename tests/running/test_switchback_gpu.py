@@ -57,7 +57,7 @@ def test_switchback_layer_computes_the_published_algorithm(dtype, monkeypatch, t
     exact_out = x.detach().double() @ layer.weight.detach().double().T
 
     def relative(a, b):
-        return float((a.double() - b).abs().max() / b.abs().max())
+        return float((a.detach().double() - b).abs().max() / b.abs().max())
 
     # The int8 products are exact; what is left is 16-bit rounding of the scales and of the result.
     assert relative(out, ref_out) < 1e-2
@@ -67,10 +67,9 @@ def test_switchback_layer_computes_the_published_algorithm(dtype, monkeypatch, t
     assert 1e-3 < relative(out, exact_out) < 5e-2
 
 
-def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(
-    tmp_path, tiny_dataset_dir, tiny_model_dir, monkeypatch
-):
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(tmp_path, tiny_dataset_dir, tiny_model_dir):
+    """Through the child-process launcher. SwitchBack's first steps autotune its kernels for every new matrix
+    shape (seen taking minutes on an H100 with an empty Triton cache)."""
     from finetune_bench.running.launch import run_in_child
 
     results = {}

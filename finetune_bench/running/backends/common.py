@@ -8,7 +8,7 @@ import torch
 from finetune_bench.inputs.arms import Arm, parse_arm
 from finetune_bench.inputs.catalog import BITSANDBYTES_OPTIMIZERS
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.running.liger_patching import apply_liger, unwrap_peft
+from finetune_bench.running.liger_patching import apply_liger, keep_liger_out_of_compiled_graphs, unwrap_peft
 from finetune_bench.running.switchback import apply_switchback
 from finetune_bench.sources.models import is_random_init
 
@@ -75,7 +75,8 @@ def load_model(
 def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
     """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's
     choice, then the backend's `liger_flags`), then torch.compile (lazy: it compiles what the model
-    has become by its first forward, LoRA adapters or gradient checkpointing included)."""
+    has become by its first forward, LoRA adapters or gradient checkpointing included; Liger's kernels run
+    eagerly between its graphs)."""
     model = loaded.model
     if arm.switchback:
         loaded.switchback_layers = apply_switchback(model)
@@ -83,6 +84,8 @@ def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
         flags = {**arm.liger_flags(model.config.model_type), **liger_flags}
         loaded.liger_patches = apply_liger(model, **flags)
     if arm.compile:
+        if arm.liger:  # traced by dynamo, Liger's kernels gave wrong losses (see keep_liger_out_of_compiled_graphs)
+            keep_liger_out_of_compiled_graphs()
         model.compile()
 
 
