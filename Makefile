@@ -6,13 +6,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INPUTS ?= inputs/smoke.yaml
 FRONTIER_INPUTS ?= inputs/frontier_smoke.yaml
+KERNEL_INPUTS ?= inputs/kernels_smoke.yaml
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 # Every package at the version pinned in the lockfile (`make lock` writes it from pyproject.toml).
 LOCK := requirements.lock
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 export FLYTECTL_CONFIG := $(CURDIR)/flyte-local.yaml
 
-.PHONY: demo test test-all run plan frontier install install-dev lint lock docs clean
+.PHONY: demo test test-all run plan frontier kernels install install-dev lint lock docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +67,12 @@ frontier: $(VENV)/.installed
 	  $(if $(findstring frontier_smoke,$(FRONTIER_INPUTS)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
 	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(FRONTIER_INPUTS)
 	@echo "report: $(abspath $(RUN_DIR))/frontier_report.html"
+
+# The kernel benchmark (each Liger kernel against its reference), on its CPU smoke inputs by default.
+kernels: $(VENV)/.installed
+	@mkdir -p $(RUN_DIR)
+	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS)
+	@echo "report: $(abspath $(RUN_DIR))/kernel_report.html"
 
 test: $(VENV)/.installed-dev
 	$(BIN)/pytest -q

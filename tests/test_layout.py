@@ -23,6 +23,7 @@ STAGES = (
     "analysis",
     "reporting",
     "frontier",
+    "kernels",
 )
 
 

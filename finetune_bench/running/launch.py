@@ -58,20 +58,27 @@ def _needs_triton_interpreter(run: PlannedRun) -> bool:
     return False
 
 
-def child_env(run: PlannedRun) -> dict[str, str]:
-    """The child's environment: ours without Flyte's secrets (it reads none), the package importable,
-    the Triton interpreter on a CPU, and which run it is (for the test-only faults)."""
+def isolated_env() -> dict[str, str]:
+    """A child's environment: ours without Flyte's secrets and the credentials no child needs, the package
+    importable, and the child told to die with this process."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(SECRET_ENV_PREFIX) and key not in CHILD_WITHHELD_ENV
     }
-    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
     env[PARENT_PID_ENV] = str(os.getpid())
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def child_env(run: PlannedRun) -> dict[str, str]:
+    """The training child's environment (`isolated_env`), with the Triton interpreter on a CPU and which run it
+    is (for the test-only faults)."""
+    env = isolated_env()
+    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
     if _needs_triton_interpreter(run):
         env.update(INTERPRETER_ENV)
     return env
@@ -121,16 +128,23 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
     return result
 
 
-def _run_child(run: PlannedRun, command: list[str], work_dir: Path, timeout_s: float) -> RunResult:
+@dataclasses.dataclass
+class ChildEnding:
+    returncode: int
+    timed_out: bool
+    wall_time_s: float
+
+
+def run_isolated(command: list[str], work_dir: Path, env: dict[str, str], timeout_s: float) -> ChildEnding:
+    """Run `command` in a child process of its own session (its output in `work_dir`/LOG_FILE) until it exits or
+    `timeout_s` passes; nothing it started outlives it."""
     started = time.monotonic()
     timed_out = False
     with open(work_dir / LOG_FILE, "wb") as log:
         # A session of its own, so that a timeout kills the child's whole process group (its own children
         # included). The child also dies with this process (it asks the kernel to, see `worker`), and every
         # way this process can end (an exception, Ctrl-C, SIGTERM) kills the group first.
-        child = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=child_env(run), start_new_session=True
-        )
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             with _sigterm_raises():
                 returncode = child.wait(timeout=timeout_s)
@@ -141,9 +155,13 @@ def _run_child(run: PlannedRun, command: list[str], work_dir: Path, timeout_s: f
             if child.returncode is None:
                 _kill_group(child)
             _kill_leftovers(child.pid)
-    wall_time_s = time.monotonic() - started
-    result = _classify(run, work_dir, returncode, timed_out, timeout_s)
-    result.wall_time_s = wall_time_s
+    return ChildEnding(returncode, timed_out, time.monotonic() - started)
+
+
+def _run_child(run: PlannedRun, command: list[str], work_dir: Path, timeout_s: float) -> RunResult:
+    ending = run_isolated(command, work_dir, child_env(run), timeout_s)
+    result = _classify(run, work_dir, ending.returncode, ending.timed_out, timeout_s)
+    result.wall_time_s = ending.wall_time_s
     return result
 
 

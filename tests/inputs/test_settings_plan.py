@@ -138,9 +138,13 @@ def test_a_kernel_the_model_type_lacks_is_refused_for_that_condition():
 
 INPUTS_DIR = Path(__file__).resolve().parents[2] / "inputs"
 FRONTIER_KEYS = {"arms", "batch_size_search", "seq_length_search", "probes"}
+KERNEL_KEYS = {"sweep"}
 BENCHMARK_INPUTS = sorted(
-    path for path in INPUTS_DIR.glob("*.yaml") if not FRONTIER_KEYS & set(yaml.safe_load(path.read_text()))
+    path
+    for path in INPUTS_DIR.glob("*.yaml")
+    if not (FRONTIER_KEYS | KERNEL_KEYS) & set(yaml.safe_load(path.read_text()))
 )
+KERNEL_INPUTS = sorted(path for path in INPUTS_DIR.glob("*.yaml") if "sweep" in yaml.safe_load(path.read_text()))
 
 
 @pytest.mark.parametrize("path", BENCHMARK_INPUTS, ids=[p.stem for p in BENCHMARK_INPUTS])
@@ -172,3 +176,12 @@ def test_the_convergence_files_are_one_run_on_generated_and_on_real_data():
     # long enough for the loss to fall well below its start, with a held-out set evaluated along the way
     assert args.max_steps >= 200 and args.eval_examples > 0 and 0 < args.eval_steps < args.max_steps
     assert synthetic["experiment_args"]["arm"] == ["liger", "baseline"]
+
+
+@pytest.mark.parametrize("path", KERNEL_INPUTS, ids=[p.stem for p in KERNEL_INPUTS])
+def test_every_kernel_inputs_file_is_valid(path):
+    from finetune_bench.kernels.settings import KernelBenchmarkSettings
+
+    inputs = yaml.safe_load(path.read_text())
+    assert set(inputs) == {"sweep"}
+    KernelBenchmarkSettings(**inputs["sweep"]).check()

@@ -184,6 +184,7 @@ def test_package_serializes_every_workflow_without_docker(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     assert "workflows.benchmark.benchmarking_experiment" in result.output
     assert "tasks.train.train_condition" in result.output
+    assert "workflows.kernels.kernel_benchmark" in result.output and "tasks.kernels.benchmark_kernel" in result.output
     assert out.stat().st_size > 0
 
 

@@ -1,0 +1,164 @@
+"""The kernel benchmark's tables and report: each Liger kernel against its reference, by mode and size.
+
+- `comparison`: per kernel × mode × metric × x, the median of each provider side by side, Liger's speedup
+  (reference ms over Liger ms: > 1 is faster) and memory ratio (Liger MB over reference MB: < 1 is leaner);
+- `summary`: per kernel, the full pass at every size: the speedup and memory ratio ranges and who wins;
+- the report: the summary, figures of both ratios against size, the raw figures, and every point that failed.
+"""
+
+import html
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from finetune_bench.kernels.settings import LIGER, REFERENCE_PROVIDERS, TORCH_COMPILE  # noqa: E402
+from finetune_bench.reporting.html import Report, figure_html, table_html  # noqa: E402
+
+# Within this much of 1, a ratio is a tie: Liger's own published points move by more than that between runs.
+TIE = 0.05
+CPU_WARNING = (
+    "These points ran on a CPU, Liger's kernels in the Triton interpreter: the times say nothing about speed and "
+    "there is no memory figure. Run on a GPU to measure."
+)
+
+
+def comparison(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel, mode, metric and x: each provider's median (`liger`, `reference`, `torch_compile` when run),
+    `speedup` (speed rows: reference over Liger) and `memory_ratio` (memory rows: Liger over reference)."""
+    ok = rows[(rows["status"] == "ok") & rows["y_value_50"].notna()].copy()
+    if ok.empty:
+        return pd.DataFrame()
+    ok["role"] = ok.apply(
+        lambda r: (
+            r["kernel_provider"]
+            if r["kernel_provider"] in (LIGER, TORCH_COMPILE)
+            else "reference"
+            if r["kernel_provider"] == REFERENCE_PROVIDERS.get(r["kernel_name"])
+            else r["kernel_provider"]
+        ),
+        axis=1,
+    )
+    keys = ["kernel_name", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_value"]
+    wide = ok.pivot_table(index=keys, columns="role", values="y_value_50", aggfunc="first").reset_index()
+    wide.columns.name = None
+    for role in (LIGER, "reference"):
+        if role not in wide:
+            wide[role] = float("nan")
+    speed = wide["metric_name"] == "speed"
+    wide["speedup"] = (wide["reference"] / wide[LIGER]).where(speed)
+    wide["memory_ratio"] = (wide[LIGER] / wide["reference"]).where(~speed)
+    return wide
+
+
+def _verdict(speedup: pd.Series, memory: pd.Series) -> str:
+    parts = []
+    if speedup.notna().any():
+        low, high = speedup.min(), speedup.max()
+        parts.append("faster" if low > 1 + TIE else "slower" if high < 1 - TIE else "about as fast")
+    if memory.notna().any():
+        low, high = memory.min(), memory.max()
+        parts.append("leaner" if high < 1 - TIE else "heavier" if low > 1 + TIE else "about as lean")
+    return ", ".join(parts) if parts else "not measured"
+
+
+def _span(values: pd.Series) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "–"
+    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
+
+
+def summary(compared: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel, over the full pass at every size: Liger's speedup and memory ratio ranges and the verdict
+    (faster / slower / about as fast; leaner / heavier / about as lean, a tie within ±5 %)."""
+    if compared.empty:
+        return pd.DataFrame()
+    full = compared[compared["kernel_operation_mode"] == "full"]
+    rows = []
+    for kernel, group in full.groupby("kernel_name", sort=False):
+        speedup, memory = group["speedup"].dropna(), group["memory_ratio"].dropna()
+        rows.append(
+            {
+                "kernel": kernel,
+                "sizes": ", ".join(str(int(x)) for x in sorted(group["x_value"].unique())),
+                "speedup (full pass)": _span(speedup),
+                "memory ratio (full pass)": _span(memory),
+                "Liger is": _verdict(speedup, memory),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure | None:
+    data = compared[compared[column].notna()]
+    if data.empty:
+        return None
+    grid = sns.relplot(
+        data=data, x="x_value", y=column, hue="kernel_operation_mode", col="kernel_name", col_wrap=4,
+        kind="line", marker="o", height=2.8, aspect=1.2, facet_kws={"sharey": False, "sharex": False},
+    )  # fmt: skip
+    for ax in grid.axes.flat:
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+    grid.set_titles("{col_name}")
+    grid.set_axis_labels("tokens (T or BT)", label)
+    grid.figure.suptitle(f"Liger's {label} against the reference, by size", y=1.03)
+    return grid.figure
+
+
+def build_kernel_report(rows: pd.DataFrame, model: str = "") -> Report:
+    compared = comparison(rows)
+    sections: dict[str, str] = {}
+    overview = []
+    if (rows.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any():
+        overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
+    counts = rows["status"].value_counts()
+    gpu = ", ".join(sorted(set(rows.get("gpu_name", pd.Series(dtype=str)).dropna().astype(str)) - {""}))
+    overview.append(
+        "<p>"
+        + html.escape(
+            f"{rows['kernel_name'].nunique()} kernels, {len(rows)} measurements at {model or 'the'} shapes"
+            f"{' on ' + gpu if gpu else ''}: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+        )
+        + "</p>"
+    )
+    table = summary(compared)
+    if not table.empty:
+        overview.append(
+            "<p>Per kernel, Liger's full pass (forward and backward) against the reference at every size: speedup "
+            "is the reference's time over Liger's (&gt; 1: Liger is faster), memory ratio Liger's peak over the "
+            "reference's (&lt; 1: Liger needs less). Within ±5 % is a tie.</p>" + table_html(table)
+        )
+    sections["Summary"] = "\n".join(overview)
+    for column, label, name in (("speedup", "speedup", "Speed"), ("memory_ratio", "memory ratio", "Memory")):
+        fig = _ratio_figure(compared, column, label) if not compared.empty else None
+        sections[name] = figure_html(fig, f"{label} by size") if fig is not None else "<p>Nothing measured.</p>"
+    if not compared.empty:
+        sections["Figures"] = (
+            "<p>Medians (do_bench's 50th percentile; memory: the peak allocated during the call, MB).</p>"
+            + table_html(compared.round(4))
+        )
+    failures = rows[rows["status"] != "ok"]
+    sections["Failures"] = (
+        table_html(
+            failures[
+                [
+                    "kernel_name",
+                    "kernel_provider",
+                    "kernel_operation_mode",
+                    "metric_name",
+                    "x_value",
+                    "status",
+                    "reason",
+                ]
+            ]
+        )
+        if not failures.empty
+        else "<p>No point failed.</p>"
+    )
+    sections["Rows"] = table_html(rows)
+    return Report(sections=sections)

@@ -1,0 +1,60 @@
+"""Kernel-benchmark tasks: check the sweep, run one kernel's sweep (in a child process), report them all."""
+
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import click
+import pandas as pd
+from flytekit import current_context, task
+from flytekit.types.file import FlyteFile
+
+from finetune_bench.kernels.report import build_kernel_report, comparison
+from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_to_run
+from images import analysis_image, training_image
+from tasks.analysis import publish
+from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.train import checked
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+def plan_kernels(sweep: KernelBenchmarkSettings) -> list[str]:
+    """The kernels to run; every problem of the sweep at once, before any GPU time is spent."""
+    return checked(lambda: kernels_to_run(sweep), sweep.check)
+
+
+@task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
+def benchmark_kernel(sweep: KernelBenchmarkSettings, kernel: str) -> FlyteFile:
+    """Every point of one kernel's sweep, measured in a child process of its own; its rows as a CSV."""
+    from finetune_bench.kernels.run import run_kernel_in_child
+
+    work_dir = Path(tempfile.mkdtemp(prefix=f"kernel-{kernel}-", dir=current_context().working_directory))
+    rows = run_kernel_in_child(sweep, kernel, work_dir)
+    path = work_dir / f"{kernel}.csv"
+    rows.to_csv(path, index=False)
+    return FlyteFile(str(path))
+
+
+class KernelOutputs(NamedTuple):
+    rows: pd.DataFrame
+    comparison: pd.DataFrame
+    report: FlyteFile
+
+
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile]) -> KernelOutputs:
+    """Every row (Liger's benchmark-data columns plus status and reason), the provider-by-provider comparison,
+    and the HTML report (also the Deck), written with the tables to the export directory when one is set."""
+    table = pd.concat([pd.read_csv(file.download()) for file in rows], ignore_index=True)
+    compared = comparison(table)
+    report = build_kernel_report(table, sweep.model)
+    report_file, _, problems = publish(
+        report,
+        "kernel_report.html",
+        {"kernel_rows": table, "kernel_comparison": compared},
+        {},
+        title="Kernel benchmark",
+    )
+    if problems:  # measured, and not exported as asked: the run says so in its exit status
+        raise click.ClickException("; ".join(problems))
+    return KernelOutputs(table, compared, report_file)

@@ -1,0 +1,138 @@
+"""The kernel benchmark on a CPU: its cases compute what their references compute, a sweep gives a row per point
+whatever happens, the comparison and report read the rows right, and the workflow runs end to end.
+
+Liger's kernels run in the Triton interpreter here, at tiny-llama's shapes: the times mean nothing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.kernels.report import build_kernel_report, comparison, summary
+from finetune_bench.kernels.run import run_kernel_in_child
+from finetune_bench.kernels.settings import KERNELS, KernelBenchmarkSettings, kernels_to_run
+
+# Liger's benchmark data columns (benchmark/data/all_benchmark_data.csv in linkedin/Liger-Kernel), in order.
+LIGER_COLUMNS = [
+    "kernel_name", "kernel_provider", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_label",
+    "x_value", "y_value_50", "y_value_20", "y_value_80", "extra_benchmark_config_str", "gpu_name", "liger_version",
+]  # fmt: skip
+
+
+def tiny(**overrides) -> KernelBenchmarkSettings:
+    return KernelBenchmarkSettings(**{"model": "tiny-llama", "tokens": [8, 16], "device": "cpu", **overrides})
+
+
+def test_every_problem_of_a_sweep_is_reported_at_once():
+    with pytest.raises(SpecError) as caught:
+        KernelBenchmarkSettings(
+            kernels=["rmsnorm"], model="llama-4", tokens=[0], modes=["sideways"], dtype="int8", rep_ms=0
+        ).check()
+    message = str(caught.value)
+    for expected in (
+        "sweep.kernels: 'rmsnorm' is not a kernel here (did you mean 'rms_norm'?)",
+        "sweep.model: 'llama-4' is not a bundled architecture",
+        "sweep.tokens must be a non-empty list of positive integers, got [0]",
+        "sweep.modes: 'sideways' is not a mode",
+        "sweep.dtype must be one of",
+        "sweep.rep_ms must be a positive integer, got 0",
+    ):
+        assert expected in message
+    assert kernels_to_run(KernelBenchmarkSettings()) == list(KERNELS)
+    assert kernels_to_run(KernelBenchmarkSettings(kernels=["rope", "rms_norm"])) == ["rms_norm", "rope"]
+
+
+def test_each_kernel_computes_what_its_reference_computes():
+    script = Path(__file__).parent / "scripts" / "kernel_parity.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(found) == set(KERNELS)
+    for kernel, difference in found.items():
+        assert difference["output_scale"] > 0, kernel
+        assert difference["output"] <= 1e-4 * max(difference["output_scale"], 1.0), (kernel, difference)
+        assert difference["grad"] <= 1e-4, (kernel, difference)
+
+
+def test_a_sweep_gives_a_row_per_point_in_liger_s_columns(tmp_path):
+    rows = run_kernel_in_child(tiny(kernels=["rms_norm"]), "rms_norm", tmp_path)
+    assert list(rows.columns[: len(LIGER_COLUMNS)]) == LIGER_COLUMNS
+    # 2 providers × 2 sizes × 3 modes × 2 metrics
+    assert len(rows) == 24 and (rows["status"] == "ok").all()
+    assert set(rows["kernel_provider"]) == {"liger", "huggingface"} and set(rows["x_value"]) == {8, 16}
+    speed, memory = rows[rows["metric_name"] == "speed"], rows[rows["metric_name"] == "memory"]
+    assert (speed["y_value_50"] > 0).all() and (speed["metric_unit"] == "ms").all()
+    assert memory["y_value_50"].isna().all() and (memory["reason"] == "no memory figure on a CPU").all()
+    config = json.loads(rows["extra_benchmark_config_str"].iloc[0])
+    assert config["hidden_size"] == 64 and config["dtype"] == "torch.bfloat16"
+
+
+def test_a_sweep_that_runs_out_of_time_keeps_a_row_for_every_point(tmp_path):
+    rows = run_kernel_in_child(tiny(kernels=["swiglu"], timeout_s=1), "swiglu", tmp_path)
+    assert len(rows) == 24
+    assert (rows["status"] == "timeout").all()
+    assert rows["reason"].str.contains("did not finish within timeout_s 1").all()
+
+
+def _gpu_rows() -> pd.DataFrame:
+    """Rows as a GPU run writes them: Liger twice as fast and at half the memory for rms_norm, slower and heavier
+    for rope, and one point that ran out of memory."""
+    rows = []
+    for kernel, reference, speed, memory in (("rms_norm", "huggingface", 2.0, 0.5), ("rope", "huggingface", 0.5, 1.5)):
+        for x in (1024, 2048):
+            for mode in ("forward", "full"):
+                for provider, time_ms, mb in (
+                    (reference, 1.0 * x / 1024, 100.0),
+                    ("liger", x / 1024 / speed, 100 * memory),
+                ):
+                    for metric, unit, value in (("speed", "ms", time_ms), ("memory", "MB", mb)):
+                        rows.append(
+                            dict(
+                                kernel_name=kernel,
+                                kernel_provider=provider,
+                                kernel_operation_mode=mode,
+                                metric_name=metric,
+                                metric_unit=unit,
+                                x_name="T",
+                                x_label="sequence length",
+                                x_value=x,
+                                y_value_50=value,
+                                y_value_20=value,
+                                y_value_80=value,
+                                gpu_name="NVIDIA H100 80GB HBM3",
+                                device="cuda:0",
+                                status="ok",
+                                reason="",
+                            )  # fmt: skip
+                        )
+    rows.append({**rows[-1], "x_value": 8192, "y_value_50": None, "status": "oom", "reason": "out of memory: CUDA"})
+    return pd.DataFrame(rows)
+
+
+def test_comparison_summary_and_report_read_the_rows():
+    rows = _gpu_rows()
+    compared = comparison(rows)
+    rms_full = compared[(compared["kernel_name"] == "rms_norm") & (compared["kernel_operation_mode"] == "full")]
+    assert rms_full["speedup"].dropna().tolist() == [2.0, 2.0]
+    assert rms_full["memory_ratio"].dropna().tolist() == [0.5, 0.5]
+    table = summary(compared).set_index("kernel")
+    assert table.loc["rms_norm", "Liger is"] == "faster, leaner"
+    assert table.loc["rope", "Liger is"] == "slower, heavier"
+    assert table.loc["rope", "speedup (full pass)"] == "×0.50–0.50"  # at both sizes
+    report = build_kernel_report(rows, "llama-3-8b")
+    assert list(report.sections) == ["Summary", "Speed", "Memory", "Figures", "Failures", "Rows"]
+    assert "NVIDIA H100 80GB HBM3" in report.sections["Summary"] and "CPU run" not in report.sections["Summary"]
+    assert "out of memory: CUDA" in report.sections["Failures"]
+    assert report.sections["Speed"].count("data:image/png;base64,") == 1
+
+
+def test_the_workflow_runs_a_sweep_end_to_end():
+    from workflows.kernels import kernel_benchmark
+
+    rows, compared, report = kernel_benchmark(sweep=tiny(kernels=["layer_norm"], tokens=[8], modes=["full"]))
+    assert len(rows) == 4 and (rows["status"] == "ok").all()  # 2 providers × speed and memory
+    assert compared["speedup"].notna().sum() == 1
+    assert "CPU run" in Path(report.path).read_text()
