@@ -40,16 +40,27 @@ def unpack(outputs: list[TrainOutput | None]) -> tuple[list[RunResult | None], d
     return results, steps_files
 
 
+def profiles(outputs: list[TrainOutput | None]) -> dict[tuple[str, int], str]:
+    """The profiled train tasks' profile directories, downloaded, by (condition_id, run_number)."""
+    return {
+        (o.result.condition_id, o.result.run_number): o.profile.download()
+        for o in outputs
+        if o is not None and o.profile is not None
+    }
+
+
 def publish(
     report: Report,
     file_name: str,
     tables: dict[str, pd.DataFrame],
     records: dict[str, dict],
     title: str | None = None,
+    directories: dict[str, str] | None = None,
 ) -> tuple[FlyteFile, FlyteDirectory, list[str]]:
-    """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet) and
-    `records` (each as JSON) in one directory, copied to the export directory when one is set. Returns the
-    HTML file, the directory, and the problems of the export (a failed copy is one: the outputs stay in Flyte)."""
+    """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet),
+    `records` (each as JSON) and a copy of each of `directories` (name → local path; the profiles' traces and
+    memory snapshots) in one directory, copied to the export directory when one is set. Returns the HTML file,
+    the directory, and the problems of the export (a failed copy is one: the outputs stay in Flyte)."""
     # A setting equal to a secret of this environment (a token pasted where a name belongs) is never shown.
     secrets = secret_values()
     for name, content in report.sections.items():
@@ -64,6 +75,8 @@ def publish(
     for name, record in records.items():
         text = json.dumps(redact(record, secrets), indent=2, sort_keys=True, default=str)
         (out_dir / f"{name}.json").write_text(text)
+    for name, path in (directories or {}).items():
+        shutil.copytree(path, out_dir / name, dirs_exist_ok=True)
     problems = []
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
@@ -106,7 +119,8 @@ def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None]
     them as files (report.html, results / steps / loss_parity / held_out_parity as .parquet and .csv,
     environment.json), and the
     problems that left a measured run unstored, unlogged or unexported."""
-    analysis = analyze_grid(planned, *unpack(outputs))
+    profile_dirs = profiles(outputs)
+    analysis = analyze_grid(planned, *unpack(outputs), profile_dirs=profile_dirs)
     report = grid_report(analysis, alpha=alpha)
     tables = {
         "results": analysis.table,
@@ -114,8 +128,14 @@ def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None]
         "loss_parity": analysis.parity,
         "held_out_parity": held_out_parity(analysis.table, analysis.swept),
     }
+    if not analysis.profile.empty:
+        tables["profile"] = analysis.profile
     report_file, files, export_problems = publish(
-        report, "report.html", tables, {"environment": provenance(analysis, planned)}
+        report,
+        "report.html",
+        tables,
+        {"environment": provenance(analysis, planned)},
+        directories={f"profiles/{condition}-run{run}": path for (condition, run), path in profile_dirs.items()},
     )
     results, steps = without_secrets(analysis.table), without_secrets(analysis.steps)
     return AnalysisOutputs(results, steps, report_file, files, analysis.problems + export_problems)

@@ -146,7 +146,11 @@ def train_condition(
         sources={"dataset": sources.dataset, "model": sources.model} if sources else {},
     )
     log_to_wandb(result)
-    return TrainOutput(result=result, steps=FlyteFile(result.steps_file) if result.steps_file else None)
+    return TrainOutput(
+        result=result,
+        steps=FlyteFile(result.steps_file) if result.steps_file else None,
+        profile=FlyteDirectory(result.profile_dir) if result.profile_dir else None,
+    )
 
 
 add_wandb_link_to_map_tasks(train_condition)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from finetune_bench.analysis.parity import loss_parity, with_loss_parity
-from finetune_bench.analysis.tables import results_table, steps_table
+from finetune_bench.analysis.tables import profile_table, results_table, steps_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import OK, RunResult
 
@@ -23,13 +23,19 @@ class GridAnalysis:
     swept: list[str]
     environment: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # Every profiled run's per-kernel rows (`training_args.profile`); empty when no run was profiled.
+    profile: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyze_grid(
-    planned: list[PlannedRun], results: list[RunResult | None], steps_files: dict[tuple[str, int], str]
+    planned: list[PlannedRun],
+    results: list[RunResult | None],
+    steps_files: dict[tuple[str, int], str],
+    profile_dirs: dict[tuple[str, int], str] | None = None,
 ) -> GridAnalysis:
-    """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost), and
-    `steps_files` the local per-step file of each (condition_id, run_number) that has one."""
+    """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost),
+    `steps_files` the local per-step file of each (condition_id, run_number) that has one, and `profile_dirs`
+    the local profile directory of each profiled run."""
     swept = planned[0].swept_axes if planned else []
     steps = steps_table(results, steps_files)
     parity = loss_parity(steps, swept)
@@ -37,5 +43,11 @@ def analyze_grid(
     environment = next((r.environment for r in results if r is not None and r.status == OK), {})
     problems = [f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems]
     return GridAnalysis(
-        table=table, steps=steps, parity=parity, swept=swept, environment=dict(environment), problems=problems
+        table=table,
+        steps=steps,
+        parity=parity,
+        swept=swept,
+        environment=dict(environment),
+        problems=problems,
+        profile=profile_table(results, profile_dirs or {}),
     )

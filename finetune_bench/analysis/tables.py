@@ -170,3 +170,37 @@ def arms_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
 def ran_on_cpu(table: pd.DataFrame) -> bool:
     """Whether any run of the results table trained on a CPU (its timings then say nothing about speed)."""
     return bool((table.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any())
+
+
+PROFILE_CSV = "profile.csv"  # the name `finetune_bench.measuring.profiling` writes (analysis never imports torch)
+
+
+def profile_table(results: list[RunResult | None], profile_dirs: dict[tuple[str, int], str]) -> pd.DataFrame:
+    """Every profiled run's per-kernel rows (name, category, time and calls per step, share), with the run's id
+    and axis values."""
+    frames = []
+    for result in results:
+        if result is None:
+            continue
+        directory = profile_dirs.get((result.condition_id, result.run_number))
+        if not directory or not (Path(directory) / PROFILE_CSV).exists():
+            continue
+        frame = pd.read_csv(Path(directory) / PROFILE_CSV)
+        frame.insert(0, "run_number", result.run_number)
+        frame.insert(0, "condition_id", result.condition_id)
+        for axis in axis_names():
+            frame[axis] = getattr(result.training_args, axis)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["condition_id", "run_number", "name", "category", "time_ms_per_step"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def profile_categories(profile: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per condition (the swept axes) and category: the profiled time per step (ms), the median over the
+    condition's profiled runs."""
+    if profile.empty:
+        return pd.DataFrame()
+    keys = [axis for axis in swept if axis in profile] or ["condition_id"]
+    per_run = profile.groupby([*keys, "run_number", "category"], dropna=False)["time_ms_per_step"].sum().reset_index()
+    return per_run.groupby([*keys, "category"], dropna=False)["time_ms_per_step"].median().reset_index()

@@ -123,6 +123,11 @@ class TrainingArgs(StrictFromJson):
     eval_examples: int = 0
     eval_steps: int = 0
     per_device_eval_batch_size: int = 4
+    # After the timed steps (and the last evaluation), `profile_steps` more steps under torch.profiler: the report
+    # compares arms by time per category of GPU kernel and lists the top kernels; each run keeps its Chrome trace
+    # and, on a GPU, a CUDA memory snapshot (for PyTorch's memory visualizer). The timed steps are not changed.
+    profile: bool = False
+    profile_steps: int = 3
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
@@ -305,6 +310,7 @@ _POSITIVE_INTS = {
     "synthetic_min_words",
     "synthetic_max_words",
     "per_device_eval_batch_size",
+    "profile_steps",
 }
 _CHOICES = {
     "backend": BACKENDS,

@@ -24,6 +24,7 @@ from finetune_bench.analysis.tables import (  # noqa: E402
     arms_vs_baseline,
     condition_summary,
     prediction_errors,
+    profile_categories,
     ran_on_cpu,
 )
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
@@ -373,6 +374,56 @@ def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[
     return "".join(parts)
 
 
+TOP_KERNELS = 10
+
+
+def _profile_html(profile: pd.DataFrame, swept: list[str]) -> str:
+    """Where the profiled steps' time went, per arm: time per category (and each arm's difference from the
+    baseline), then the kernels that took the most."""
+    categories = profile_categories(profile, swept)
+    facets = [axis for axis in swept if axis != "arm" and axis in categories]
+    data = _with_arm(categories).copy()
+    data["panel"] = _panels(data, facets)
+    parts = [
+        "<p>After the timed steps, each profiled run took <code>profile_steps</code> more steps under "
+        "torch.profiler (the timed steps are not affected). Time per step by category of GPU kernel (on a CPU, "
+        "of operator, by self time), median over the condition's profiled runs. The categories come from the "
+        "kernels' names: PyTorch's generic elementwise and reduction kernels (an unfused RMSNorm's multiplies and "
+        "means, for instance) are <i>elementwise (unattributed)</i>. Each run's Chrome trace and CUDA memory "
+        "snapshot are in the outputs, under <code>profiles/</code>.</p>"
+    ]
+    palette = arm_palette(data["arm"])
+    grid = sns.catplot(
+        data=data, x="time_ms_per_step", y="category", hue="arm", hue_order=list(palette), palette=palette,
+        col="panel", col_wrap=min(data["panel"].nunique(), 2) if data["panel"].nunique() > 1 else None,
+        kind="bar", height=3.6, aspect=1.5, orient="h", sharex=False,
+    )  # fmt: skip
+    grid.set_titles("{col_name}")
+    grid.set_axis_labels("ms per step", "")
+    grid.figure.suptitle("Profiled time per step by category", y=1.02)
+    parts.append(figure_html(grid.figure, "profiled time by category"))
+    for panel, rows in data.groupby("panel", sort=False):
+        wide = rows.pivot_table(index="category", columns="arm", values="time_ms_per_step", aggfunc="sum")
+        if BASELINE in wide:
+            for arm in [a for a in wide.columns if a != BASELINE]:
+                wide[f"{arm} − baseline"] = wide[arm] - wide[BASELINE]
+        wide.loc["total"] = wide.sum()
+        title = f"<h4>{html.escape(str(panel))}</h4>" if panel else ""
+        parts.append(title + table_html(wide.round(3).reset_index()))
+    keys = [axis for axis in swept if axis in profile] or ["condition_id"]
+    top = (
+        profile.groupby([*keys, "name", "category"], dropna=False)["time_ms_per_step"]
+        .median()
+        .reset_index()
+        .sort_values("time_ms_per_step", ascending=False)
+        .groupby(keys, dropna=False)
+        .head(TOP_KERNELS)
+    )
+    parts.append(f"<h3>Top kernels</h3><p>The {TOP_KERNELS} that took the most time per step, per condition.</p>")
+    parts.append(table_html(top.round(4)))
+    return "".join(parts)
+
+
 def build_report(
     table: pd.DataFrame,
     swept: list[str],
@@ -382,6 +433,7 @@ def build_report(
     experiment_name: str = "",
     alpha: float = 0.05,
     problems: list[str] | None = None,
+    profile: pd.DataFrame | None = None,
 ) -> Report:
     """The report from the results table (one row per run), the per-step table and the loss-parity table
     (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
@@ -506,6 +558,9 @@ def build_report(
         figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
     )
 
+    if profile is not None and not profile.empty:
+        sections["Profile"] = _profile_html(profile, swept)
+
     conditions = [table_html(summary)]
     failures = table[table["status"] != "ok"]
     if failures.empty:
@@ -527,5 +582,13 @@ def grid_report(analysis: GridAnalysis, alpha: float = 0.05, experiment_name: st
     """The report of a whole grid's analysis."""
     a = analysis
     return build_report(
-        a.table, a.swept, a.environment, a.steps, a.parity, experiment_name, alpha=alpha, problems=a.problems
+        a.table,
+        a.swept,
+        a.environment,
+        a.steps,
+        a.parity,
+        experiment_name,
+        alpha=alpha,
+        problems=a.problems,
+        profile=a.profile,
     )

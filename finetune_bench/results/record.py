@@ -37,6 +37,9 @@ class RunResult:
     wall_time_s: float = 0.0
     # Local path of the per-step CSV ("" when the run recorded no step).
     steps_file: str = ""
+    # Local directory of the run's profile (`training_args.profile`: profile.csv, and trace.json and
+    # memory_snapshot.pickle where they were kept); "" when it has none.
+    profile_dir: str = ""
     # True when the result was taken from the results store instead of being measured again.
     reused: bool = False
     # What went wrong around the run without changing what it measured (the results store could not keep it,

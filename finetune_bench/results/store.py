@@ -27,6 +27,7 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.gpu import driver_version, gpu_names
+from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
 from finetune_bench.results.record import NONFINITE, OK, OOM, RunResult
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class ResultStore:
             try:
                 manifest = json.loads(manifest_bytes)
                 for name, checksum in manifest["sha256"].items():
-                    if name not in (RESULT_NAME, STEPS_NAME):
+                    if name not in (RESULT_NAME, STEPS_NAME, PROFILE_FILE):
                         raise CorruptEntry(f"entry {key}: its manifest lists an unknown file {name!r}")
                     if not self._fs.exists(self._path(key, name)):
                         raise CorruptEntry(f"entry {key}: {name} is missing")
@@ -159,12 +160,17 @@ class ResultStore:
             raise
         except OSError as exc:
             raise StoreError(f"cannot read entry {key} of {self.url}: {type(exc).__name__}: {exc}") from None
-        result.steps_file = ""
+        result.steps_file = result.profile_dir = ""
         if STEPS_NAME in contents:
             local_dir.mkdir(parents=True, exist_ok=True)
             steps = local_dir / STEPS_NAME
             steps.write_bytes(contents[STEPS_NAME])
             result.steps_file = str(steps)
+        if PROFILE_FILE in contents:  # the per-kernel table; the trace and the memory snapshot are not kept
+            profile = local_dir / PROFILE_DIR
+            profile.mkdir(parents=True, exist_ok=True)
+            (profile / PROFILE_FILE).write_bytes(contents[PROFILE_FILE])
+            result.profile_dir = str(profile)
         return result
 
     def save(self, key: str, result: RunResult, identity: dict | None = None) -> bool:
@@ -178,6 +184,8 @@ class ResultStore:
         files = {RESULT_NAME: json.dumps(record).encode()}
         if result.steps_file and Path(result.steps_file).exists():
             files[STEPS_NAME] = Path(result.steps_file).read_bytes()
+        if result.profile_dir and (Path(result.profile_dir) / PROFILE_FILE).exists():
+            files[PROFILE_FILE] = (Path(result.profile_dir) / PROFILE_FILE).read_bytes()
         manifest = {"sha256": {name: _sha256(data) for name, data in files.items()}, "identity": redact(identity or {})}
         try:
             self._fs.makedirs(f"{self._root}/{key}", exist_ok=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
 from finetune_bench.results.record import ERROR, PREDICTED_OOM, RunResult
 from finetune_bench.results.store import (
     CorruptEntry,
@@ -217,6 +218,7 @@ def _log_tail(work_dir: Path) -> str:
 
 def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool, timeout_s: float) -> RunResult:
     steps_file = work_dir / STEPS_FILE
+    profile = work_dir / PROFILE_DIR
     result = RunResult(
         condition_id=run.condition_id,
         run_number=run.run_number,
@@ -224,6 +226,7 @@ def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool,
         training_args=run.training_args,
         status="error",
         steps_file=str(steps_file) if steps_file.exists() else "",
+        profile_dir=str(profile) if (profile / PROFILE_FILE).exists() else "",
     )
     record_file = work_dir / RESULT_FILE
     if record_file.exists() and not timed_out:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import run_details
@@ -70,18 +71,26 @@ def train(
     require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     batches = itertools.chain.from_iterable(itertools.repeat(loader))
 
-    checksum_before = parameter_checksum(model)  # outside the timed steps
-    recorder.begin_training()
-    for step in range(1, args.max_steps + 1):
+    def forward_step(record: bool) -> torch.Tensor:
+        """The forward passes of one step's micro-batches; their mean loss. `record`: a timed step."""
         with torch.inference_mode():
             step_loss = torch.zeros((), device=device)
             for _ in range(args.gradient_accumulation_steps):
                 batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
-                recorder.add_batch(batch["attention_mask"], batch["input_ids"])
+                if record:
+                    recorder.add_batch(batch["attention_mask"], batch["input_ids"])
                 step_loss += compute_loss(model, batch) / args.gradient_accumulation_steps
+        return step_loss
+
+    checksum_before = parameter_checksum(model)  # outside the timed steps
+    recorder.begin_training()
+    for step in range(1, args.max_steps + 1):
+        step_loss = forward_step(record=True)
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
+    if args.profile:
+        profile_steps(lambda: forward_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
 
     details = run_details(loaded, path)
     details["trainable_parameters"] = 0  # the weights require grad, but nothing here trains them

@@ -14,12 +14,18 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
-from finetune_bench.running.backends.trainer_common import recording_callback, recording_trainer, training_arguments
+from finetune_bench.running.backends.trainer_common import (
+    recording_callback,
+    recording_trainer,
+    trainer_step_function,
+    training_arguments,
+)
 from finetune_bench.running.liger_patching import loss_path
 from finetune_bench.sources.datasets import load_training_and_held_out
 
@@ -56,6 +62,8 @@ def train(
         callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
+    if args.profile:  # after the timed steps
+        profile_steps(trainer_step_function(trainer), args.profile_steps, device, work_dir / PROFILE_DIR)
     details = run_details(loaded, path)
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)

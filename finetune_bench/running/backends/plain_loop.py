@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import LoadedModel, load_model, run_details
@@ -173,13 +174,14 @@ def train(
         num_training_steps=args.max_steps,
     )
 
-    evaluator.maybe_evaluate(model, 0)
-    recorder.begin_training()
-    for step in range(1, args.max_steps + 1):
+    def optimizer_step(record: bool) -> torch.Tensor:
+        """One optimizer step over `gradient_accumulation_steps` micro-batches; its loss. `record`: the
+        recorder counts its tokens (a timed step)."""
         step_loss = torch.zeros((), device=device)
         for _ in range(args.gradient_accumulation_steps):
             batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
-            recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
+            if record:
+                recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
             loss = compute_loss(model, batch) / args.gradient_accumulation_steps
             loss.backward()
             step_loss += loss.detach()
@@ -188,9 +190,17 @@ def train(
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        return step_loss
+
+    evaluator.maybe_evaluate(model, 0)
+    recorder.begin_training()
+    for step in range(1, args.max_steps + 1):
+        step_loss = optimizer_step(record=True)
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
         evaluator.maybe_evaluate(model, step)
+    if args.profile:
+        profile_steps(lambda: optimizer_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
 
     return run_details(loaded, path)

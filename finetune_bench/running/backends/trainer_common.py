@@ -1,6 +1,8 @@
 """What the Trainer-based backends share: the measuring callback and trainer mixin, and the
 TrainingArguments fields that come straight from `TrainingArgs`."""
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,3 +94,22 @@ def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
             return super().training_step(model, inputs, *rest, **kwargs)
 
     return RecordingTrainer
+
+
+def trainer_step_function(trainer: "transformers.Trainer") -> Callable[[], None]:
+    """One more optimizer step taken as the Trainer's loop takes one (its micro-batches through `training_step`,
+    gradient clipping, optimizer and scheduler steps), outside that loop: for the profiled steps after training,
+    which no callback sees and the recorder does not time."""
+    batches = itertools.chain.from_iterable(itertools.repeat(trainer.get_train_dataloader()))
+    model = trainer.model_wrapped
+
+    def step() -> None:
+        for _ in range(trainer.args.gradient_accumulation_steps):
+            trainer.training_step(model, next(batches))
+        if trainer.args.max_grad_norm > 0:
+            trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        model.zero_grad()
+
+    return step

@@ -1,0 +1,142 @@
+"""`profile`: extra steps under torch.profiler after the timed ones, in every training backend; what they keep,
+that they leave the timed steps alone, the store round trip, the report's Profile tab and the workflow's outputs.
+
+Runs go through the real child-process launcher on the random-init tiny Llama (CPU, fp32): the profile is of
+CPU operators there (no GPU kernels, no memory snapshot)."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from finetune_bench.analysis.tables import profile_categories, profile_table, results_table
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.profiling import CATEGORY_NAMES, PROFILE_FILE, TRACE_FILE, category_of
+from finetune_bench.reporting.benchmark_report import build_report
+from finetune_bench.results.store import ResultStore
+from finetune_bench.running.launch import run_in_child
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+STEPS = 3
+
+
+def _run(tmp_path, dataset_dir, model_dir, name: str, **overrides):
+    args = dataclasses.replace(TrainingArgs(), max_steps=STEPS, max_seq_length=48, **overrides)
+    planned = PlannedRun(condition_id=name, run_number=0, training_args=args, swept_axes=[])
+    result = run_in_child(planned, dataset_dir, model_dir, tmp_path / name, timeout_s=300)
+    assert result.status == "ok", f"{result.reason}\n{result.error_tail}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, tiny_dataset_dir, tiny_model_dir):
+    tmp_path = tmp_path_factory.mktemp("profile")
+    runs = {
+        backend: _run(
+            tmp_path, tiny_dataset_dir, tiny_model_dir, backend, backend=backend, profile=True, profile_steps=2
+        )
+        for backend in ("plain_loop", "hf_trainer", "trl_sft", "forward_only")
+    }
+    runs["unprofiled"] = _run(tmp_path, tiny_dataset_dir, tiny_model_dir, "unprofiled", backend="plain_loop")
+    return runs
+
+
+def test_every_backend_keeps_a_profile_of_its_extra_steps(profiled):
+    for backend in ("plain_loop", "hf_trainer", "trl_sft", "forward_only"):
+        result = profiled[backend]
+        directory = Path(result.profile_dir)
+        table = pd.read_csv(directory / PROFILE_FILE)
+        assert not table.empty and set(table["category"]) <= set(CATEGORY_NAMES), backend
+        assert table["share"].sum() == pytest.approx(1.0)
+        assert (table["time_ms_per_step"] > 0).all()
+        trace = json.loads((directory / TRACE_FILE).read_text())
+        assert trace["traceEvents"], backend
+        if backend != "forward_only":  # a training step multiplies matrices and steps an optimizer
+            assert {"matmul", "optimizer"} <= set(table["category"]), (backend, set(table["category"]))
+    assert profiled["unprofiled"].profile_dir == ""
+
+
+def test_profiling_leaves_the_timed_steps_alone(profiled):
+    """The profiled steps come after the timed ones: same number of recorded steps, the same losses step by step
+    as an unprofiled run of the same settings."""
+    with_profile = pd.read_csv(profiled["plain_loop"].steps_file)
+    without = pd.read_csv(profiled["unprofiled"].steps_file)
+    assert len(with_profile) == len(without) == STEPS
+    assert with_profile["loss"].tolist() == without["loss"].tolist()
+    assert profiled["plain_loop"].details["steps_completed"] == str(STEPS)
+
+
+def test_the_store_keeps_the_profile_table(profiled, tmp_path):
+    result = profiled["plain_loop"]
+    store = ResultStore(str(tmp_path / "store"))
+    assert store.save("key", result)
+    loaded = store.load("key", tmp_path / "loaded")
+    kept = Path(loaded.profile_dir) / PROFILE_FILE
+    assert kept.read_bytes() == (Path(result.profile_dir) / PROFILE_FILE).read_bytes()
+    assert not (Path(loaded.profile_dir) / TRACE_FILE).exists()  # the trace is not stored
+
+
+def test_kernel_names_fall_in_their_categories():
+    assert category_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "matmul"
+    assert category_of("_rms_norm_forward_kernel") == "norms"
+    assert category_of("_swiglu_forward_kernel") == "activations"
+    assert category_of("liger_cross_entropy_kernel") == "loss/logits"
+    assert category_of("flash_fwd_kernel") == "attention"
+    assert category_of("multi_tensor_apply_kernel") == "optimizer"
+    assert category_of("Memcpy DtoD (Device -> Device)") == "memory copies"
+    assert category_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "communication"
+    assert category_of("void at::native::vectorized_elementwise_kernel<4, MulFunctor<c10::BFloat16>>") == (
+        "elementwise (unattributed)"
+    )
+    assert category_of("something_new") == "other"
+
+
+def test_the_report_compares_arms_by_category(profiled):
+    results, dirs = [], {}
+    for arm, backend in (("liger", "plain_loop"), ("baseline", "hf_trainer")):
+        result = dataclasses.replace(
+            profiled[backend],
+            condition_id=f"arm={arm}",
+            training_args=dataclasses.replace(profiled[backend].training_args, arm=arm),
+            swept_axes=["arm"],
+        )
+        results.append(result)
+        dirs[(result.condition_id, 0)] = result.profile_dir
+    profile = profile_table(results, dirs)
+    categories = profile_categories(profile, ["arm"])
+    assert set(categories["arm"]) == {"liger", "baseline"}
+    planned = [
+        PlannedRun(condition_id=r.condition_id, run_number=0, training_args=r.training_args, swept_axes=["arm"])
+        for r in results
+    ]
+    table = results_table(planned, results)
+    report = build_report(table, ["arm"], {}, profile=profile)
+    section = report.sections["Profile"]
+    assert "liger − baseline" in section and "Top kernels" in section and "data:image/png;base64," in section
+    assert "Profile" not in build_report(table, ["arm"], {}).sections
+
+
+def test_the_workflow_exports_each_profile(tmp_path):
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text(
+        "experiment_args:\n  arm: [baseline]\n  per_device_train_batch_size: [1]\n"
+        "training_args:\n  backend: plain_loop\n  max_steps: 2\n  profile: true\n  profile_steps: 1\n"
+    )
+    export = tmp_path / "export"
+    env = dict(os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export))
+    pyflyte = Path(sys.executable).parent / "pyflyte"
+    completed = subprocess.run(
+        [str(pyflyte), "run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(inputs)],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    (run_dir,) = (export / "profiles").iterdir()
+    assert (run_dir / TRACE_FILE).exists() and (run_dir / PROFILE_FILE).exists()
+    assert not pd.read_csv(export / "profile.csv").empty
+    assert "Top kernels" in (export / "report.html").read_text()
