@@ -10,17 +10,25 @@ from flytekit import current_context, task
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.kernels.report import build_kernel_report, comparison
-from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_to_run
+from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not_benchmarked, kernels_to_run
 from images import analysis_image, training_image
 from tasks.analysis import publish
 from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 from tasks.train import checked
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
-def plan_kernels(sweep: KernelBenchmarkSettings) -> list[str]:
-    """The kernels to run; every problem of the sweep at once, before any GPU time is spent."""
-    return checked(lambda: kernels_to_run(sweep), sweep.check)
+class KernelPlan(NamedTuple):
+    kernels: list[str]
+    # What the installed liger-kernel ships that this benchmark has no case for (the report lists them).
+    not_benchmarked: list[str]
+
+
+# The training image: liger-kernel is installed there, and its list of kernels is read from it.
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
+    """The kernels to run, and those Liger ships that have no case here; every problem of the sweep at once,
+    before any GPU time is spent."""
+    return KernelPlan(checked(lambda: kernels_to_run(sweep), sweep.check), kernels_not_benchmarked())
 
 
 @task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
@@ -42,12 +50,12 @@ class KernelOutputs(NamedTuple):
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
-def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile]) -> KernelOutputs:
+def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_benchmarked: list[str]) -> KernelOutputs:
     """Every row (Liger's benchmark-data columns plus status and reason), the provider-by-provider comparison,
     and the HTML report (also the Deck), written with the tables to the export directory when one is set."""
     table = pd.concat([pd.read_csv(file.download()) for file in rows], ignore_index=True)
     compared = comparison(table)
-    report = build_kernel_report(table, sweep.model)
+    report = build_kernel_report(table, sweep.model, not_benchmarked)
     report_file, _, problems = publish(
         report,
         "kernel_report.html",

@@ -36,6 +36,6 @@ SMOKE_SWEEP = KernelBenchmarkSettings(
 def kernel_benchmark(sweep: KernelBenchmarkSettings = SMOKE_SWEEP) -> KernelOutputs:
     """Returns every measured row (Liger's benchmark-data columns, plus status and reason), Liger against the
     reference per kernel, mode, metric and size, and the HTML report."""
-    kernels = plan_kernels(sweep=sweep)
+    kernels, not_benchmarked = plan_kernels(sweep=sweep)
     rows = run_kernels(sweep=sweep, kernels=kernels)
-    return report_kernels(sweep=sweep, rows=rows)
+    return report_kernels(sweep=sweep, rows=rows, not_benchmarked=not_benchmarked)

@@ -10,6 +10,10 @@ benchmark scripts (benchmark/scripts/benchmark_<kernel>.py in linkedin/Liger-Ker
 | geglu | LigerGEGLUMLP | transformers' LlamaMLP, gelu tanh (`huggingface`) | (1, T, H) |
 | cross_entropy | LigerCrossEntropyLoss | torch.nn.CrossEntropyLoss (`torch`) | float32 logits (BT, V) |
 | fused_linear_cross_entropy | LigerFusedLinearCrossEntropyLoss | LM head + CrossEntropyLoss (`torch`) | (BT, H) |
+| fused_add_rms_norm | LigerFusedAddRMSNorm | residual add, then LlamaRMSNorm (`torch`) | (T, H) twice |
+| dyt | LigerDyT | gamma * tanh(alpha * x) + beta (`torch`) | (T, H) |
+| relu_squared | LigerReLUSquared | relu(x) ** 2 (`torch`) | (T, I) |
+| kl_div | LigerKLDIVLoss | torch.nn.KLDivLoss, batchmean (`torch`) | float32 log-probs (BT, V) |
 
 `torch_compile` is torch.compile of the reference. A case is its inputs that take gradients and a function that
 runs the forward and returns the output (the loss, for the losses).
@@ -148,6 +152,55 @@ def _fused_linear_cross_entropy(
     return KernelCase(lambda: loss(lm_head(x), target), [x])
 
 
+def _fused_add_rms_norm(liger: bool, shapes: dict, tokens: int, dtype: torch.dtype, device: torch.device) -> KernelCase:
+    hidden = shapes["hidden_size"]
+    x = torch.randn(tokens, hidden, device=device, dtype=dtype, requires_grad=True)
+    residual = torch.randn(tokens, hidden, device=device, dtype=dtype, requires_grad=True)
+    if liger:
+        from liger_kernel.transformers import LigerFusedAddRMSNorm
+
+        layer = LigerFusedAddRMSNorm(hidden_size=hidden, eps=EPS).to(device)
+        return KernelCase(lambda: layer(x, residual)[0], [x, residual])
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(hidden, eps=EPS).to(device)
+    return KernelCase(lambda: norm(x + residual), [x, residual])
+
+
+def _dyt(liger: bool, shapes: dict, tokens: int, dtype: torch.dtype, device: torch.device) -> KernelCase:
+    hidden = shapes["hidden_size"]
+    x = torch.randn(tokens, hidden, device=device, dtype=dtype, requires_grad=True)
+    from liger_kernel.transformers import LigerDyT
+
+    layer = LigerDyT(hidden).to(device).to(dtype)  # its parameters serve the reference too: the same values
+    if liger:
+        return KernelCase(lambda: layer(x), [x])
+    return KernelCase(lambda: layer.gamma * torch.tanh(layer.alpha * x) + layer.beta, [x])
+
+
+def _relu_squared(liger: bool, shapes: dict, tokens: int, dtype: torch.dtype, device: torch.device) -> KernelCase:
+    x = torch.randn(tokens, shapes["intermediate_size"], device=device, dtype=dtype, requires_grad=True)
+    if liger:
+        from liger_kernel.transformers import LigerReLUSquared
+
+        layer = LigerReLUSquared()
+        return KernelCase(lambda: layer(x), [x])
+    return KernelCase(lambda: torch.relu(x).square(), [x])
+
+
+def _kl_div(liger: bool, shapes: dict, tokens: int, dtype: torch.dtype, device: torch.device) -> KernelCase:
+    vocab = shapes["vocab_size"]
+    log_probs = torch.randn(tokens, vocab, device=device).log_softmax(dim=-1).detach().requires_grad_()
+    target = torch.randn(tokens, vocab, device=device).softmax(dim=-1)
+    if liger:
+        from liger_kernel.transformers import LigerKLDIVLoss
+
+        loss = LigerKLDIVLoss(reduction="batchmean")
+    else:
+        loss = torch.nn.KLDivLoss(reduction="batchmean")
+    return KernelCase(lambda: loss(log_probs, target), [log_probs])
+
+
 _BUILDERS = {
     "rms_norm": _rms_norm,
     "layer_norm": _layer_norm,
@@ -156,4 +209,8 @@ _BUILDERS = {
     "geglu": _mlp("gelu_pytorch_tanh"),
     "cross_entropy": _cross_entropy,
     "fused_linear_cross_entropy": _fused_linear_cross_entropy,
+    "fused_add_rms_norm": _fused_add_rms_norm,
+    "dyt": _dyt,
+    "relu_squared": _relu_squared,
+    "kl_div": _kl_div,
 }

@@ -110,7 +110,8 @@ def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure
     return grid.figure
 
 
-def build_kernel_report(rows: pd.DataFrame, model: str = "") -> Report:
+def build_kernel_report(rows: pd.DataFrame, model: str = "", not_benchmarked: list[str] | None = None) -> Report:
+    """The report of a kernel benchmark's rows; `not_benchmarked`: what Liger ships that has no case here."""
     compared = comparison(rows)
     sections: dict[str, str] = {}
     overview = []
@@ -132,6 +133,12 @@ def build_kernel_report(rows: pd.DataFrame, model: str = "") -> Report:
             "<p>Per kernel, Liger's full pass (forward and backward) against the reference at every size: speedup "
             "is the reference's time over Liger's (&gt; 1: Liger is faster), memory ratio Liger's peak over the "
             "reference's (&lt; 1: Liger needs less). Within ±5 % is a tie.</p>" + table_html(table)
+        )
+    if not_benchmarked:
+        overview.append(
+            "<p>Liger also ships these kernels, not benchmarked here (no reference case): "
+            + html.escape(", ".join(not_benchmarked))
+            + ".</p>"
         )
     sections["Summary"] = "\n".join(overview)
     for column, label, name in (("speedup", "speedup", "Speed"), ("memory_ratio", "memory ratio", "Memory")):

@@ -5,6 +5,7 @@ Stdlib only (planning and validation need no torch). The kernels and their refer
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from finetune_bench.inputs.catalog import architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
@@ -20,6 +21,10 @@ KERNELS = {
     "geglu": "T",
     "cross_entropy": "BT",
     "fused_linear_cross_entropy": "BT",
+    "fused_add_rms_norm": "T",
+    "dyt": "T",
+    "relu_squared": "T",
+    "kl_div": "BT",
 }
 # Each kernel's reference, under the provider name Liger's benchmark data gives it.
 REFERENCE_PROVIDERS = {
@@ -30,6 +35,10 @@ REFERENCE_PROVIDERS = {
     "geglu": "huggingface",
     "cross_entropy": "torch",
     "fused_linear_cross_entropy": "torch",
+    "fused_add_rms_norm": "torch",
+    "dyt": "torch",
+    "relu_squared": "torch",
+    "kl_div": "torch",
 }
 LIGER, TORCH_COMPILE = "liger", "torch_compile"
 MODES = ("forward", "backward", "full")
@@ -48,7 +57,7 @@ class KernelBenchmarkSettings(StrictFromJson):
         validate_kernel_settings(self)
 
     # Kernels to run (empty: all of them): rms_norm, layer_norm, rope, swiglu, geglu, cross_entropy,
-    # fused_linear_cross_entropy.
+    # fused_linear_cross_entropy, fused_add_rms_norm, dyt, relu_squared, kl_div.
     kernels: list[str] = field(default_factory=list)
     # Whose shapes (hidden size, MLP size, vocabulary, heads): a bundled architecture (`llama-3-8b`,
     # `qwen2.5-7b`, `phi-3-mini`, `mistral-7b`, `gemma-2-2b`, ...; the names `random:` takes).
@@ -73,6 +82,27 @@ class KernelBenchmarkSettings(StrictFromJson):
 def providers(kernel: str, compile_reference: bool) -> list[str]:
     """Liger, its reference, and the compiled reference if asked for."""
     return [LIGER, REFERENCE_PROVIDERS[kernel], *([TORCH_COMPILE] if compile_reference else [])]
+
+
+# Modules of liger_kernel/ops that hold helpers or a kernel's internals, not a kernel of their own.
+_NOT_KERNELS = {"__init__", "utils", "configure", "_nvidia_shared", "fused_moe_kernels"}
+
+
+def liger_kernels_shipped() -> list[str]:
+    """The kernels the installed liger-kernel ships: its `liger_kernel/ops/<kernel>.py` modules, read from the
+    package's files (nothing imported)."""
+    import importlib.util
+
+    package = importlib.util.find_spec("liger_kernel")
+    if package is None or package.origin is None:
+        raise ModuleNotFoundError("liger-kernel is not installed")
+    ops = Path(package.origin).parent / "ops"
+    return sorted(path.stem for path in ops.glob("*.py") if path.stem not in _NOT_KERNELS)
+
+
+def kernels_not_benchmarked() -> list[str]:
+    """The kernels liger-kernel ships that this benchmark has no case for."""
+    return [name for name in liger_kernels_shipped() if name not in KERNELS]
 
 
 def kernels_to_run(settings: KernelBenchmarkSettings) -> list[str]:

@@ -1,9 +1,13 @@
 """Run by tests/kernels/test_kernels.py in a process of its own (Liger on a CPU needs the Triton interpreter set
-before Triton is imported): every kernel's Liger case against its reference case at tiny-llama's shapes, float32.
-Prints a JSON object: kernel → the largest differences of the outputs and of the inputs' gradients."""
+before Triton is imported): each named kernel's Liger case against its reference case at tiny-llama's shapes,
+float32. Prints a JSON object: kernel → the largest differences of the outputs and of the inputs' gradients.
+
+    python kernel_parity.py KERNEL [KERNEL ...]
+"""
 
 import json
 import os
+import sys
 
 os.environ["TRITON_INTERPRET"] = "1"
 
@@ -14,11 +18,11 @@ install_interpreter_shims()
 import torch  # noqa: E402
 
 from finetune_bench.kernels.catalog import build_case  # noqa: E402
-from finetune_bench.kernels.settings import KERNELS, LIGER, REFERENCE_PROVIDERS, model_shapes  # noqa: E402
+from finetune_bench.kernels.settings import LIGER, REFERENCE_PROVIDERS, model_shapes  # noqa: E402
 
 shapes = model_shapes("tiny-llama")
 found = {}
-for kernel in KERNELS:
+for kernel in sys.argv[1:]:
     outputs = {}
     for provider in (LIGER, REFERENCE_PROVIDERS[kernel]):
         case = build_case(kernel, provider, shapes, 8, torch.float32, torch.device("cpu"))
