@@ -55,7 +55,11 @@ def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_be
     and the HTML report (also the Deck), written with the tables to the export directory when one is set."""
     table = pd.concat([pd.read_csv(file.download()) for file in rows], ignore_index=True)
     compared = comparison(table)
-    report = build_kernel_report(table, sweep.model, not_benchmarked)
+    published = None
+    if sweep.compare_with:
+        published = pd.read_csv(sweep.compare_with)
+        published = published.assign(status="ok") if "status" not in published else published
+    report = build_kernel_report(table, sweep.model, not_benchmarked, published)
     report_file, _, problems = publish(
         report,
         "kernel_report.html",

@@ -93,6 +93,29 @@ def summary(compared: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MATCH_KEYS = ["kernel_name", "kernel_operation_mode", "metric_name", "x_name", "x_value"]
+
+
+def against_published(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Each measured point beside the published row with the same kernel, mode, metric and x value, and each
+    provider's figure beside the same provider's: ours, theirs, and Liger's speedup (or memory ratio) in both.
+    Published rows on the same GPU are preferred where there are any; `published_gpu` says which was used."""
+    measured_on = set(rows.get("gpu_name", pd.Series(dtype=str)).dropna().astype(str))
+    same_gpu = published["gpu_name"].astype(str).isin(measured_on)
+    if same_gpu.any():  # the same GPU's rows only: a figure is not comparable across GPUs
+        published = published[same_gpu]
+    ours, theirs = comparison(rows), comparison(published)
+    if ours.empty or theirs.empty:
+        return pd.DataFrame()
+    about = published.groupby(MATCH_KEYS)[["gpu_name", "liger_version"]].first().reset_index()
+    about = about.rename(columns={"gpu_name": "published_gpu", "liger_version": "published_liger_version"})
+    columns = [*MATCH_KEYS, LIGER, "reference", "speedup", "memory_ratio"]
+    merged = ours[columns].merge(theirs[columns], on=MATCH_KEYS, suffixes=("", "_published"))
+    merged = merged.merge(about, on=MATCH_KEYS, how="left")
+    merged["liger_ours_over_published"] = merged[LIGER] / merged[f"{LIGER}_published"]
+    return merged.reset_index(drop=True)
+
+
 def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure | None:
     data = compared[compared[column].notna()]
     if data.empty:
@@ -110,8 +133,14 @@ def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure
     return grid.figure
 
 
-def build_kernel_report(rows: pd.DataFrame, model: str = "", not_benchmarked: list[str] | None = None) -> Report:
-    """The report of a kernel benchmark's rows; `not_benchmarked`: what Liger ships that has no case here."""
+def build_kernel_report(
+    rows: pd.DataFrame,
+    model: str = "",
+    not_benchmarked: list[str] | None = None,
+    published: pd.DataFrame | None = None,
+) -> Report:
+    """The report of a kernel benchmark's rows; `not_benchmarked`: what Liger ships that has no case here;
+    `published`: rows in Liger's benchmark-data format to set beside these."""
     compared = comparison(rows)
     sections: dict[str, str] = {}
     overview = []
@@ -148,6 +177,17 @@ def build_kernel_report(rows: pd.DataFrame, model: str = "", not_benchmarked: li
         sections["Figures"] = (
             "<p>Medians (do_bench's 50th percentile; memory: the peak allocated during the call, MB).</p>"
             + table_html(compared.round(4))
+        )
+    if published is not None:
+        matched = against_published(rows, published)
+        sections["Against Liger's data"] = (
+            "<p>Each point beside the published row with the same kernel, mode, metric and x value (on the same "
+            "GPU where the published data has it; <code>published_gpu</code> says which): Liger's time or memory "
+            "here and there, and Liger's speedup or memory ratio against the reference in both. The shapes the "
+            "published row was measured at are in its <code>extra_benchmark_config_str</code>: compare points "
+            "whose shapes agree.</p>" + table_html(matched.round(4))
+            if not matched.empty
+            else "<p>No published row has the kernel, mode, metric and x value of a point measured here.</p>"
         )
     failures = rows[rows["status"] != "ok"]
     sections["Failures"] = (

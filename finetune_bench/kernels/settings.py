@@ -77,6 +77,10 @@ class KernelBenchmarkSettings(StrictFromJson):
     device: str = "auto"
     # Seconds one kernel's whole sweep may take in its child process before it is killed.
     timeout_s: int = 1800
+    # A CSV in Liger's benchmark-data format (its benchmark/data/all_benchmark_data.csv, or what its benchmark
+    # scripts write when run on your GPU), local path or URL: the report sets each measured point beside the
+    # row with the same kernel, provider, mode, metric and x value ("": no comparison).
+    compare_with: str = ""
 
 
 def providers(kernel: str, compile_reference: bool) -> list[str]:
@@ -158,6 +162,10 @@ def validate_kernel_settings(settings: KernelBenchmarkSettings) -> None:
     with problems.check():
         if settings.device not in DEVICES:
             raise SpecError(f"{key}.device must be one of {list(DEVICES)}, got {settings.device!r}")
+    with problems.check():
+        local = settings.compare_with and "://" not in settings.compare_with
+        if local and not Path(settings.compare_with).expanduser().is_file():
+            raise SpecError(f"{key}.compare_with: {settings.compare_with!r} is not a file")
     for name in ("warmup_ms", "rep_ms", "timeout_s"):
         with problems.check():
             value = getattr(settings, name)

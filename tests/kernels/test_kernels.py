@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from finetune_bench.inputs.errors import SpecError
-from finetune_bench.kernels.report import build_kernel_report, comparison, summary
+from finetune_bench.kernels.report import against_published, build_kernel_report, comparison, summary
 from finetune_bench.kernels.run import run_kernel_in_child
 from finetune_bench.kernels.settings import (
     KERNELS,
@@ -158,3 +158,24 @@ def test_the_workflow_runs_a_sweep_end_to_end():
     assert compared["speedup"].notna().sum() == 1
     html = Path(report.path).read_text()
     assert "CPU run" in html and "not benchmarked here" in html
+
+
+def test_points_are_set_beside_liger_s_published_rows_of_the_same_gpu():
+    ours = _gpu_rows()
+    published = ours[ours["status"] == "ok"].copy()
+    published["y_value_50"] = published["y_value_50"] * 2  # everything twice as slow / heavy there
+    published["liger_version"] = "0.6.0"
+    other_gpu = published.assign(gpu_name="NVIDIA A100-SXM4-80GB", y_value_50=99.0)
+    matched = against_published(ours, pd.concat([published, other_gpu]))
+    assert set(matched["published_gpu"]) == {"NVIDIA H100 80GB HBM3"}  # the same GPU's rows, the A100's left out
+    assert (matched["liger_ours_over_published"] == 0.5).all()
+    speed = matched[matched["metric_name"] == "speed"]
+    assert (speed["speedup"] == speed["speedup_published"]).all()  # both sides twice as slow: the same speedup
+    assert len(matched) == 16  # 2 kernels × 2 sizes × 2 modes × 2 metrics
+    report = build_kernel_report(ours, "llama-3-8b", published=published)
+    assert "0.6.0" in report.sections["Against Liger's data"]
+
+
+def test_a_comparison_file_that_is_not_there_is_refused():
+    with pytest.raises(SpecError, match="sweep.compare_with: '/nowhere/data.csv' is not a file"):
+        KernelBenchmarkSettings(compare_with="/nowhere/data.csv").check()
