@@ -8,6 +8,7 @@ import pandas as pd
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
+from finetune_bench.measuring.profiling import PROFILE_FILE
 from finetune_bench.results.record import LOST, RunResult
 
 GIB = 1024**3
@@ -90,13 +91,16 @@ def prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
     return errors.reset_index(drop=True)
 
 
-def steps_table(results: list[RunResult | None], steps_files: dict[tuple[str, int], str]) -> pd.DataFrame:
-    """Every step of every run, with the run's id and axis values (warm-up steps flagged)."""
+def _per_run(
+    results: list[RunResult | None], files: dict[tuple[str, int], str], empty_columns: list[str]
+) -> pd.DataFrame:
+    """The rows of each run's CSV in `files` (by (condition_id, run_number)), each with the run's id and axis
+    values; `empty_columns` when no run has rows."""
     frames = []
     for result in results:
         if result is None:
             continue
-        path = steps_files.get((result.condition_id, result.run_number))
+        path = files.get((result.condition_id, result.run_number))
         if not path or not Path(path).exists():
             continue
         frame = pd.read_csv(path)
@@ -108,8 +112,13 @@ def steps_table(results: list[RunResult | None], steps_files: dict[tuple[str, in
             frame[axis] = getattr(result.training_args, axis)
         frames.append(frame)
     if not frames:
-        return pd.DataFrame(columns=["condition_id", "run_number", "step"])
+        return pd.DataFrame(columns=empty_columns)
     return pd.concat(frames, ignore_index=True)
+
+
+def steps_table(results: list[RunResult | None], steps_files: dict[tuple[str, int], str]) -> pd.DataFrame:
+    """Every step of every run, with the run's id and axis values (warm-up steps flagged)."""
+    return _per_run(results, steps_files, ["condition_id", "run_number", "step"])
 
 
 def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
@@ -172,28 +181,11 @@ def ran_on_cpu(table: pd.DataFrame) -> bool:
     return bool((table.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any())
 
 
-PROFILE_CSV = "profile.csv"  # the name `finetune_bench.measuring.profiling` writes (analysis never imports torch)
-
-
 def profile_table(results: list[RunResult | None], profile_dirs: dict[tuple[str, int], str]) -> pd.DataFrame:
     """Every profiled run's per-kernel rows (name, category, time and calls per step, share), with the run's id
     and axis values."""
-    frames = []
-    for result in results:
-        if result is None:
-            continue
-        directory = profile_dirs.get((result.condition_id, result.run_number))
-        if not directory or not (Path(directory) / PROFILE_CSV).exists():
-            continue
-        frame = pd.read_csv(Path(directory) / PROFILE_CSV)
-        frame.insert(0, "run_number", result.run_number)
-        frame.insert(0, "condition_id", result.condition_id)
-        for axis in axis_names():
-            frame[axis] = getattr(result.training_args, axis)
-        frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=["condition_id", "run_number", "name", "category", "time_ms_per_step"])
-    return pd.concat(frames, ignore_index=True)
+    files = {key: str(Path(directory) / PROFILE_FILE) for key, directory in profile_dirs.items()}
+    return _per_run(results, files, ["condition_id", "run_number", "name", "category", "time_ms_per_step"])
 
 
 def profile_categories(profile: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
