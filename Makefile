@@ -53,6 +53,9 @@ demo:
 PLAN_ARGS ?= --gpu_kind H100
 PLAN_WORKFLOW = $(if $(shell grep -lE '^(arms|batch_size_search|seq_length_search|probes):' $(INPUTS)),workflows/frontier.py memory_frontier,workflows/benchmark.py benchmarking_experiment)
 plan: $(VENV)/.installed
+	@if grep -qE '^sweep:' $(INPUTS); then \
+	  echo "$(INPUTS) is a kernel-benchmark inputs file: it has no dry run (each point takes seconds; see docs/kernels.md)"; \
+	  exit 2; fi
 	@mkdir -p $(RUN_DIR)
 	@FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
 	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
