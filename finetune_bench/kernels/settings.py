@@ -66,6 +66,7 @@ class KernelBenchmarkSettings(StrictFromJson):
     tokens: list[int] = field(default_factory=lambda: [1024, 2048, 4096, 8192])
     # The inputs' dtype (the cross entropy's logits stay float32, as in Liger's own benchmark).
     dtype: str = "bfloat16"
+    # The passes measured: forward, backward (of one forward's output), full (both).
     modes: list[str] = field(default_factory=lambda: list(MODES))
     # Also time and measure torch.compile of the reference (`torch_compile` provider).
     compile_reference: bool = False
