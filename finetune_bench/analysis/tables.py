@@ -70,6 +70,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             wall_time_s=result.wall_time_s,
             reused=result.reused,
             problems="; ".join(result.problems),
+            # the profile after the timed steps failed (the run's measurements stand)
+            profile_error=result.details.get("profile_error", ""),
             error_tail=result.error_tail,
         )
         rows.append(row)

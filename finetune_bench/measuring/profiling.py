@@ -11,6 +11,7 @@
 The timed steps are over before this starts: profiling never changes what they measured.
 """
 
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where it is used: the launcher reads the file names without it
     import torch
+
+logger = logging.getLogger(__name__)
 
 # A run's profile lives in PROFILE_DIR under its work directory.
 PROFILE_DIR = "profile"
@@ -82,6 +85,20 @@ def profile_steps(step: Callable[[], object], steps: int, device: "torch.device"
 
     pd.DataFrame(rows, columns=list(PROFILE_COLUMNS)).to_csv(path, index=False)
     return path
+
+
+def profile_after_training(
+    step: Callable[[], object], steps: int, device: "torch.device", out_dir: Path
+) -> dict[str, str]:
+    """`profile_steps`, whose failure (out of memory with the allocator's history recorded, say) is kept as the
+    run's `profile_error` detail instead of ending the run: its timed steps are measured and stand."""
+    try:
+        profile_steps(step, steps, device, out_dir)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        logger.warning("the profile failed: %s: %s", type(exc).__name__, first_line)
+        return {"profile_error": f"{type(exc).__name__}: {first_line}"}
+    return {}
 
 
 def kernel_rows(averages: list, steps: int, cuda: bool) -> list[dict]:

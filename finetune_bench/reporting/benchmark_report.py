@@ -558,8 +558,20 @@ def build_report(
         figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
     )
 
-    if profile is not None and not profile.empty:
-        sections["Profile"] = _profile_html(profile, swept)
+    failed_profiles = table[table.get("profile_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
+    if (profile is not None and not profile.empty) or not failed_profiles.empty:
+        sections["Profile"] = ""
+        if not failed_profiles.empty:
+            items = "".join(
+                f"<li>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.profile_error)}</li>"
+                for row in failed_profiles.itertuples(index=False)
+            )
+            sections["Profile"] += (
+                '<div class="warning"><b>Profiles that failed.</b> These runs were measured (their figures stand); '
+                f"the profile after their timed steps did not complete:<ul>{items}</ul></div>"
+            )
+        if profile is not None and not profile.empty:
+            sections["Profile"] += _profile_html(profile, swept)
 
     conditions = [table_html(summary)]
     failures = table[table["status"] != "ok"]

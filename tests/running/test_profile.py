@@ -140,3 +140,31 @@ def test_the_workflow_exports_each_profile(tmp_path):
     assert (run_dir / TRACE_FILE).exists() and (run_dir / PROFILE_FILE).exists()
     assert not pd.read_csv(export / "profile.csv").empty
     assert "Top kernels" in (export / "report.html").read_text()
+
+
+def test_a_failed_profile_is_a_detail_of_the_run_not_its_end(tmp_path):
+    import torch
+
+    from finetune_bench.measuring.profiling import profile_after_training
+
+    def step():
+        raise RuntimeError("out of memory while recording the allocator's history\nmore")
+
+    found = profile_after_training(step, 2, torch.device("cpu"), tmp_path / "profile")
+    assert found == {"profile_error": "RuntimeError: out of memory while recording the allocator's history"}
+    assert not (tmp_path / "profile" / PROFILE_FILE).exists()
+    assert profile_after_training(lambda: None, 1, torch.device("cpu"), tmp_path / "ok") == {}
+    assert (tmp_path / "ok" / PROFILE_FILE).exists()
+
+
+def test_the_report_names_the_runs_whose_profile_failed(profiled):
+    result = dataclasses.replace(
+        profiled["unprofiled"], details={**profiled["unprofiled"].details, "profile_error": "OutOfMemoryError: CUDA"}
+    )
+    planned = [
+        PlannedRun(condition_id=result.condition_id, run_number=0, training_args=result.training_args, swept_axes=[])
+    ]
+    table = results_table(planned, [result])
+    assert table["profile_error"].tolist() == ["OutOfMemoryError: CUDA"] and table["status"].tolist() == ["ok"]
+    section = build_report(table, [], {}).sections["Profile"]
+    assert "Profiles that failed" in section and "OutOfMemoryError: CUDA" in section

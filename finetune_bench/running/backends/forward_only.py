@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import run_details
@@ -89,10 +89,14 @@ def train(
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
-    if args.profile:
-        profile_steps(lambda: forward_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
+    # after the timed steps; a failed profile is a detail of the run, not its end
+    profiled = (
+        profile_after_training(lambda: forward_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
+        if args.profile
+        else {}
+    )
 
-    details = run_details(loaded, path)
+    details = {**run_details(loaded, path), **profiled}
     details["trainable_parameters"] = 0  # the weights require grad, but nothing here trains them
     # no optimizer: a changed weight would mean something trained (or a fault wrote into it)
     details["weights_unchanged"] = parameter_checksum(model) == checksum_before

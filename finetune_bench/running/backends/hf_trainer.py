@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
@@ -62,9 +62,13 @@ def train(
         callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
-    if args.profile:  # after the timed steps
-        profile_steps(trainer_step_function(trainer), args.profile_steps, device, work_dir / PROFILE_DIR)
-    details = run_details(loaded, path)
+    # after the timed steps; a failed profile is a detail of the run, not its end
+    profiled = (
+        profile_after_training(trainer_step_function(trainer), args.profile_steps, device, work_dir / PROFILE_DIR)
+        if args.profile
+        else {}
+    )
+    details = {**run_details(loaded, path), **profiled}
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)
     return details

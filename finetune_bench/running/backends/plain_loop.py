@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_steps
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import LoadedModel, load_model, run_details
@@ -200,7 +200,11 @@ def train(
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
         evaluator.maybe_evaluate(model, step)
-    if args.profile:
-        profile_steps(lambda: optimizer_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
+    # after the timed steps; a failed profile is a detail of the run, not its end
+    profiled = (
+        profile_after_training(lambda: optimizer_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
+        if args.profile
+        else {}
+    )
 
-    return run_details(loaded, path)
+    return {**run_details(loaded, path), **profiled}
