@@ -120,6 +120,8 @@ def held_out_parity(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     if "arm" not in swept or "final_eval_loss" not in table or table["final_eval_loss"].isna().all():
         return pd.DataFrame(columns=columns)
     evaluated = table[(table["status"] == "ok") & table["final_eval_loss"].notna()]
+    if "eval_error" in evaluated:  # evaluations that stopped early have no loss after the last step
+        evaluated = evaluated[evaluated["eval_error"].fillna("") == ""]
     keys = [*others, "run_number"]
     base = evaluated[evaluated["arm"] == BASELINE][[*keys, "final_eval_loss"]]
     treated = evaluated[evaluated["arm"] != BASELINE][[*keys, "arm", "final_eval_loss"]]

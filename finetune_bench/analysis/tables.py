@@ -72,6 +72,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             problems="; ".join(result.problems),
             # the profile after the timed steps failed (the run's measurements stand)
             profile_error=result.details.get("profile_error", ""),
+            # the held-out evaluations stopped early (out of memory); the run's training is measured
+            eval_error=result.details.get("eval_error", ""),
             error_tail=result.error_tail,
         )
         rows.append(row)

@@ -117,6 +117,8 @@ class StepRecorder:
     initial_eval_loss: float | None = None
     eval_time_s: float = 0.0
     eval_tokens: int = 0
+    # Why the held-out evaluations stopped early ("" when they did not).
+    eval_error: str = ""
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count

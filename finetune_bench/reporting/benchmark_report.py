@@ -353,12 +353,21 @@ def _prediction_html(table: pd.DataFrame) -> str:
 def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[str], held_out: pd.DataFrame) -> str:
     """The held-out evaluation: its curves, every run's loss before and after training, and each arm's run
     against its baseline run."""
+    errors = table[table.get("eval_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
+    warning = ""
+    if not errors.empty:
+        items = "".join(
+            f"<li>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.eval_error)}</li>"
+            for row in errors.itertuples(index=False)
+        )
+        warning = f'<div class="warning"><b>Evaluations that stopped early.</b><ul>{items}</ul></div>'
     if "final_eval_loss" not in table or table["final_eval_loss"].isna().all():
-        return ""
+        return f"<h3>Held-out loss</h3>{warning}" if warning else ""
     parts = [
+        warning,
         "<h3>Held-out loss</h3><p>Mean cross entropy per completion token of the held-out examples (never trained "
         "on, the same ones in every run), through the model's own logits: the same computation in every arm. "
-        "Perplexity is its exp.</p>"
+        "Perplexity is its exp.</p>",
     ]
     curves = _loss_curves_figure(steps, swept, column="eval_loss", title="Held-out loss (one line per run)")
     if curves is not None and steps["eval_loss"].notna().groupby(steps["condition_id"]).sum().max() > 1:

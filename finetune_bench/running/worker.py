@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     recorder.end_training()
     result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))
     result["details"]["steps_completed"] = str(len(recorder.steps))
+    if recorder.eval_error:  # the evaluations stopped; the run's training is measured all the same
+        result["details"]["eval_error"] = recorder.eval_error
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     result["details"]["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended

@@ -191,3 +191,25 @@ def test_preflight_counts_only_the_examples_left_to_train_on(tiny_dataset_dir, t
     assert not checked[0].refused
     assert f"the dataset has {total - 8} usable examples, fewer than one batch of {total - 4}" in checked[1].refused
     assert "would hold out every example" in checked[2].refused
+
+
+def test_an_evaluation_out_of_memory_ends_the_evaluations_not_the_run(tiny_dataset_dir, tiny_model_dir, monkeypatch):
+    from finetune_bench.running.backends import evaluation
+
+    def out_of_memory(*_args, **_kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+
+    monkeypatch.setattr(evaluation, "held_out_loss", out_of_memory)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    held_out = split_held_out(load_prompt_completion(tiny_dataset_dir), 2)[1]
+    recorder = StepRecorder(device=torch.device("cpu"), warmup_steps=0)
+    args = dataclasses.replace(TrainingArgs(), eval_examples=2, eval_steps=1, max_steps=3, max_seq_length=96)
+    evaluator = HeldOutEvaluator(args, held_out, tokenizer, torch.device("cpu"), recorder)
+    recorder.begin_training()
+    recorder.end_step()
+    evaluator.maybe_evaluate(torch.nn.Linear(1, 1), 1)
+    assert recorder.eval_error.startswith("out of memory in the held-out evaluation after step 1, none after it")
+    assert "Tried to allocate 2.00 GiB" in recorder.eval_error
+    assert not any(evaluator.due(step) for step in range(4))  # no evaluation after it
+    recorder.end_step()  # training goes on, measured
+    assert len(recorder.steps) == 2 and "final_eval_loss" not in recorder.summary()

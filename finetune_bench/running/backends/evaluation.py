@@ -9,6 +9,7 @@ includes it. A compiled model is evaluated through its eager forward (its held-o
 compilations).
 """
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -24,6 +25,8 @@ from finetune_bench.running.liger_patching import unwrap_peft
 if TYPE_CHECKING:
     import datasets
     import transformers
+
+logger = logging.getLogger(__name__)
 
 
 class HeldOutEvaluator:
@@ -67,7 +70,9 @@ class HeldOutEvaluator:
         return step in (0, self.last_step) or (self.every > 0 and step % self.every == 0)
 
     def maybe_evaluate(self, model: torch.nn.Module, step: int) -> None:
-        """Evaluate after step `step` (0: before training) if it is due, outside the step's measurements."""
+        """Evaluate after step `step` (0: before training) if it is due, outside the step's measurements. An
+        evaluation that runs out of memory ends the evaluations, not the run (its training is measured all the
+        same): the recorder keeps why (`eval_error`)."""
         if not self.due(step):
             return
         with self.recorder.outside_steps():
@@ -75,10 +80,16 @@ class HeldOutEvaluator:
             try:
                 loss, tokens = held_out_loss(model, self.loader, self.device)
             except torch.OutOfMemoryError as exc:
-                raise torch.OutOfMemoryError(
-                    f"out of memory in the held-out evaluation after step {step} (a smaller "
-                    f"per_device_eval_batch_size needs less): {str(exc).splitlines()[0] if str(exc) else ''}"
-                ) from exc
+                first_line = (str(exc).strip().splitlines() or [""])[0]
+                self.recorder.eval_error = (
+                    f"out of memory in the held-out evaluation after step {step}, none after it (a smaller "
+                    f"per_device_eval_batch_size needs less): {first_line}"
+                )
+                logger.warning("%s", self.recorder.eval_error)
+                self.loader = None
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                return
             seconds = time.perf_counter() - start
         self.recorder.record_eval(step, loss, tokens, seconds)
 
