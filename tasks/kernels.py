@@ -58,7 +58,6 @@ def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_be
     published = None
     if sweep.compare_with:
         published = pd.read_csv(sweep.compare_with)
-        published = published.assign(status="ok") if "status" not in published else published
     report = build_kernel_report(table, sweep.model, not_benchmarked, published)
     report_file, _, problems = publish(
         report,

@@ -45,7 +45,10 @@ def build_case(
     build = _BUILDERS[kernel]
     case = build(liger, shapes, tokens, dtype, device)
     if provider == TORCH_COMPILE:
-        case.forward = torch.compile(case.forward)
+        # A graph for this size alone: no dynamic-shape graph carried over from the previous size, no silent fall
+        # back to eager after too many recompilations.
+        torch._dynamo.reset()
+        case.forward = torch.compile(case.forward, dynamic=False)
     return case
 
 

@@ -26,22 +26,32 @@ CPU_WARNING = (
 )
 
 
+# Provider names Liger's data has used for the same roles: its older scripts called every reference
+# `huggingface`, its current ones `torch` for some kernels; fused_add_rms_norm's Liger kernel has its own name.
+REFERENCE_NAMES = {"torch", "huggingface"}
+LIGER_NAMES = {"fused_add_rms_norm": "liger_fused_add_rms_norm"}
+
+
+def _role(kernel: str, provider: str) -> str:
+    """`liger`, `reference`, `torch_compile`, or the provider's own name (a provider with no role here)."""
+    if provider in (LIGER, LIGER_NAMES.get(kernel)):
+        return LIGER
+    if provider == TORCH_COMPILE:
+        return TORCH_COMPILE
+    if provider == REFERENCE_PROVIDERS.get(kernel) or provider in REFERENCE_NAMES:
+        return "reference"
+    return provider
+
+
 def comparison(rows: pd.DataFrame) -> pd.DataFrame:
     """Per kernel, mode, metric and x: each provider's median (`liger`, `reference`, `torch_compile` when run),
     `speedup` (speed rows: reference over Liger) and `memory_ratio` (memory rows: Liger over reference)."""
     ok = rows[(rows["status"] == "ok") & rows["y_value_50"].notna()].copy()
     if ok.empty:
         return pd.DataFrame()
-    ok["role"] = ok.apply(
-        lambda r: (
-            r["kernel_provider"]
-            if r["kernel_provider"] in (LIGER, TORCH_COMPILE)
-            else "reference"
-            if r["kernel_provider"] == REFERENCE_PROVIDERS.get(r["kernel_name"])
-            else r["kernel_provider"]
-        ),
-        axis=1,
-    )
+    ok["role"] = [
+        _role(kernel, provider) for kernel, provider in zip(ok["kernel_name"], ok["kernel_provider"], strict=True)
+    ]
     keys = ["kernel_name", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_value"]
     wide = ok.pivot_table(index=keys, columns="role", values="y_value_50", aggfunc="first").reset_index()
     wide.columns.name = None
@@ -96,10 +106,32 @@ def summary(compared: pd.DataFrame) -> pd.DataFrame:
 MATCH_KEYS = ["kernel_name", "kernel_operation_mode", "metric_name", "x_name", "x_value"]
 
 
+def _version_order(versions: pd.Series) -> pd.Series:
+    """A sort key for liger-kernel versions (an unreadable one sorts first)."""
+    from packaging.version import InvalidVersion, Version
+
+    def key(text: object) -> Version:
+        try:
+            return Version(str(text))
+        except InvalidVersion:
+            return Version("0")
+
+    return versions.map(key)
+
+
 def against_published(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """Each measured point beside the published row with the same kernel, mode, metric and x value, and each
     provider's figure beside the same provider's: ours, theirs, and Liger's speedup (or memory ratio) in both.
     Published rows on the same GPU are preferred where there are any; `published_gpu` says which was used."""
+    if "status" not in published:  # Liger's own data: every row is a measurement
+        published = published.assign(status="ok")
+    # Model-config sweeps name a model as x: only numeric sizes compare with the points here.
+    published = published.assign(x_value=pd.to_numeric(published["x_value"], errors="coerce"))
+    published = published[published["x_value"].notna()]
+    # Where several liger-kernel versions measured the same point, the newest.
+    published = published.sort_values("liger_version", key=_version_order, ascending=False).drop_duplicates(
+        ["kernel_name", "kernel_provider", "kernel_operation_mode", "metric_name", "x_name", "x_value", "gpu_name"]
+    )
     measured_on = set(rows.get("gpu_name", pd.Series(dtype=str)).dropna().astype(str))
     same_gpu = published["gpu_name"].astype(str).isin(measured_on)
     if same_gpu.any():  # the same GPU's rows only: a figure is not comparable across GPUs

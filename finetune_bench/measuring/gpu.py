@@ -62,6 +62,7 @@ class NvmlPeakSampler:
         self._handle = self._nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
         self._interval_s = interval_s
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self.process_peak: int | None = None
         self.device_peak = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -75,7 +76,15 @@ class NvmlPeakSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self.sample()
+            if not self._paused.is_set():
+                self.sample()
+
+    def pause(self) -> None:
+        """Stop sampling until `resume` (work that is not the run's to count: a held-out evaluation)."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
 
     def start(self) -> None:
         self.sample()

@@ -35,7 +35,8 @@ MEMORY_HISTORY_ENTRIES = 100_000
 CATEGORIES = (
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|broadcast|c10d"),
     ("loss/logits", r"cross_?entropy|log_?softmax|nll_loss|logsumexp|element_mul_kernel|_fused_linear"),
-    ("optimizer", r"adam|sgd|adagrad|rmsprop|adafactor|multi_tensor_apply|foreach|optimizer|lamb"),
+    # (`lamb` only as a word: the `{lambda()#1}` in PyTorch's kernel template names is not an optimizer)
+    ("optimizer", r"adam|sgd|adagrad|rmsprop|adafactor|multi_tensor_apply|foreach|optimizer|\blamb\b|lamb_"),
     ("attention", r"flash|fmha|attention|sdpa|scaled_dot_product|softmax|rope|rotary"),
     ("norms", r"rms_?norm|layer_?norm|group_?norm|_norm_|batch_?norm|rsqrt"),
     ("activations", r"silu|gelu|swiglu|geglu|relu|sigmoid|tanh|_act_|glu"),

@@ -119,6 +119,10 @@ class StepRecorder:
     eval_tokens: int = 0
     # Why the held-out evaluations stopped early ("" when they did not).
     eval_error: str = ""
+    # The next step follows work outside the steps that emptied the allocator's cache: it is not a steady step.
+    _recovering: bool = False
+    # The process's peak host memory when training ended (before anything after it, a profile, could add to it).
+    _peak_rss_bytes: float | None = None
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
@@ -197,7 +201,7 @@ class StepRecorder:
                 padded_tokens=self._padded,
                 peak_allocated_bytes=peak_alloc,
                 peak_reserved_bytes=peak_reserved,
-                is_warmup=index < self.warmup_steps,
+                is_warmup=index < self.warmup_steps or self._recovering,
                 model_flops=self._flops if self._flops_fixed is not None else None,
                 gc_time_s=gc_time,
                 cuda_mallocs=mallocs,
@@ -206,6 +210,7 @@ class StepRecorder:
         )
         self._tokens = self._padded = 0
         self._flops = 0.0
+        self._recovering = False
         if self.steps_file is not None:
             self.write_steps(self.steps_file)
         # The next step's clock starts after the bookkeeping: writing the table is not training time.
@@ -213,16 +218,28 @@ class StepRecorder:
 
     @contextmanager
     def outside_steps(self) -> Iterator[None]:
-        """Run work between steps (a held-out evaluation) without it counting in any step: the next step's
-        clock, memory peaks, allocator counts and garbage-collection time start after it."""
+        """Run work between steps (a held-out evaluation) without it counting in any step: the driver-side sampler
+        pauses, and afterwards the allocator's cache is emptied (what the work reserved is not left counted in
+        the next steps' reserved peaks) and the next step's clock, peaks, allocator counts and garbage-collection
+        time start after it. That next step re-reserves its memory (cudaMalloc calls): it is excluded from the
+        headline figures, as a warm-up step is."""
         self._sync()
-        yield
-        self._sync()
-        if self._cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._allocator_at_last_end = self._allocator_counts()
-        self._gc_at_last_end = self._gc.total_s
-        self._last_end = time.perf_counter()
+        if self._nvml is not None:
+            self._nvml.pause()
+        try:
+            yield
+        finally:
+            self._sync()
+            if self._cuda:
+                gc.collect()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(self.device)
+                self._allocator_at_last_end = self._allocator_counts()
+                self._recovering = True
+            if self._nvml is not None:
+                self._nvml.resume()
+            self._gc_at_last_end = self._gc.total_s
+            self._last_end = time.perf_counter()
 
     def record_eval(self, step: int, loss: float, tokens: int, seconds: float) -> None:
         """Keep the held-out loss evaluated after step `step` (0: before the first step), over `tokens` tokens in
@@ -239,11 +256,14 @@ class StepRecorder:
             raise NonFiniteLoss(f"the held-out loss is {loss} after step {step}")
 
     def end_training(self) -> None:
-        """Stop background sampling (call once, whatever way training ended)."""
+        """Stop background sampling and take the host-memory peak (whatever way training ended; a second call
+        changes nothing): what runs after it, a profile, is not counted."""
         self._gc.remove()
         if self._nvml is not None:
             self._nvml_summary = self._nvml.stop()
             self._nvml = None
+        if self._peak_rss_bytes is None:  # ru_maxrss is in KiB on Linux
+            self._peak_rss_bytes = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
     def record_loss(self, step: int, loss: float) -> None:
         """Keep step `step`'s loss; a NaN or infinite loss ends the run (NonFiniteLoss): what follows is noise."""
@@ -314,6 +334,9 @@ class StepRecorder:
         if self.eval_tokens:
             out["eval_time_s"] = self.eval_time_s
             out["eval_tokens"] = float(self.eval_tokens)
-        # ru_maxrss is in KiB on Linux.
-        out["process_peak_rss_bytes"] = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        # ru_maxrss is in KiB on Linux; taken when training ended if it has
+        rss = self._peak_rss_bytes
+        out["process_peak_rss_bytes"] = (
+            rss if rss is not None else float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        )
         return out

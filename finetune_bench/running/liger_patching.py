@@ -90,7 +90,7 @@ def keep_liger_out_of_compiled_graphs() -> list[str]:
 
     How: dynamo traces a call to an autograd Function's `apply` whatever `apply` is, so every global of Liger's
     modules bound to one of its Functions is replaced by a plain class whose `apply` is the original one under
-    `torch.compiler.disable` (the `supports_*` flags Liger reads from the class are copied)."""
+    `torch.compiler.disable` (every other attribute Liger reads from the class is copied)."""
     functions = {
         value
         for name, module in list(sys.modules.items())
@@ -102,8 +102,14 @@ def keep_liger_out_of_compiled_graphs() -> list[str]:
     }
     eager = {}
     for function in functions:
-        namespace = {"apply": staticmethod(torch.compiler.disable(function.apply)), "compiled_eagerly": function}
-        namespace.update({attr: getattr(function, attr) for attr in dir(function) if attr.startswith("supports_")})
+        # Everything Liger reads through the name (flags such as `supports_*`, helpers its chunked losses call)
+        # stays reachable; `apply` runs the original Function outside dynamo's graphs.
+        namespace = {
+            attr: getattr(function, attr)
+            for attr in dir(function)
+            if not attr.startswith("__") and not attr.startswith("_abc")
+        }
+        namespace.update(apply=staticmethod(torch.compiler.disable(function.apply)), compiled_eagerly=function)
         eager[function] = type(f"{function.__name__}Eager", (), namespace)
     for name, module in list(sys.modules.items()):
         if name.startswith("liger_kernel") and module is not None:

@@ -179,3 +179,16 @@ def test_points_are_set_beside_liger_s_published_rows_of_the_same_gpu():
 def test_a_comparison_file_that_is_not_there_is_refused():
     with pytest.raises(SpecError, match="sweep.compare_with: '/nowhere/data.csv' is not a file"):
         KernelBenchmarkSettings(compare_with="/nowhere/data.csv").check()
+
+
+def test_liger_s_older_provider_names_model_sweeps_and_versions_are_read_right():
+    ours = _gpu_rows()
+    ok = ours[ours["status"] == "ok"].drop(columns=["status", "reason", "device"])
+    old = ok.assign(liger_version="0.2.1", y_value_50=ok["y_value_50"] * 10)  # an older version, far off
+    new = ok.assign(liger_version="0.6.0")
+    # Liger's older data names every reference "huggingface"; the model-config sweeps put a model name in x_value
+    renamed = pd.concat([old, new]).replace({"kernel_provider": {"torch": "huggingface"}})
+    models = new.head(2).assign(x_name="model_config", x_value="llama_3_8b")
+    matched = against_published(ours, pd.concat([renamed, models], ignore_index=True))
+    assert set(matched["published_liger_version"]) == {"0.6.0"}  # the newest where both measured a point
+    assert matched["speedup_published"].notna().sum() == 8 and (matched["liger_ours_over_published"] == 1).all()

@@ -86,9 +86,7 @@ class HeldOutEvaluator:
                     f"per_device_eval_batch_size needs less): {first_line}"
                 )
                 logger.warning("%s", self.recorder.eval_error)
-                self.loader = None
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
+                self.loader = None  # outside_steps empties the cache once the failed evaluation's frames are gone
                 return
             seconds = time.perf_counter() - start
         self.recorder.record_eval(step, loss, tokens, seconds)

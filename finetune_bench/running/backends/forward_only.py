@@ -89,7 +89,10 @@ def train(
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
-    # after the timed steps; a failed profile is a detail of the run, not its end
+    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
+    # driver-side and host-memory peaks are the training's, not the profiler's.
+    if args.profile:
+        recorder.end_training()
     profiled = (
         profile_after_training(lambda: forward_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
         if args.profile

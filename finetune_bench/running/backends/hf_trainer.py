@@ -62,7 +62,10 @@ def train(
         callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
-    # after the timed steps; a failed profile is a detail of the run, not its end
+    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
+    # driver-side and host-memory peaks are the training's, not the profiler's.
+    if args.profile:
+        recorder.end_training()
     profiled = (
         profile_after_training(trainer_step_function(trainer), args.profile_steps, device, work_dir / PROFILE_DIR)
         if args.profile

@@ -200,7 +200,10 @@ def train(
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
         evaluator.maybe_evaluate(model, step)
-    # after the timed steps; a failed profile is a detail of the run, not its end
+    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
+    # driver-side and host-memory peaks are the training's, not the profiler's.
+    if args.profile:
+        recorder.end_training()
     profiled = (
         profile_after_training(lambda: optimizer_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
         if args.profile

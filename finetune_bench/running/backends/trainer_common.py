@@ -100,10 +100,13 @@ def trainer_step_function(trainer: "transformers.Trainer") -> Callable[[], None]
     """One more optimizer step taken as the Trainer's loop takes one (its micro-batches through `training_step`,
     gradient clipping, optimizer and scheduler steps), outside that loop: for the profiled steps after training,
     which no callback sees and the recorder does not time."""
-    batches = itertools.chain.from_iterable(itertools.repeat(trainer.get_train_dataloader()))
+    batches = None  # built at the first step: inside the profile, whose failure is the run's detail, not its end
     model = trainer.model_wrapped
 
     def step() -> None:
+        nonlocal batches
+        if batches is None:
+            batches = itertools.chain.from_iterable(itertools.repeat(trainer.get_train_dataloader()))
         for _ in range(trainer.args.gradient_accumulation_steps):
             trainer.training_step(model, next(batches))
         if trainer.args.max_grad_norm > 0:
