@@ -95,6 +95,15 @@ def test_kernel_names_fall_in_their_categories():
         "elementwise (unattributed)"
     )
     assert category_of("something_new") == "other"
+    # PyTorch's kernels carry `{lambda()#1}` in their template names: not the LAMB optimizer
+    silu = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::silu_kernel(at::"
+        "TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+    )
+    assert category_of(silu) == "activations"
+    assert category_of("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda"
+                       "(at::TensorIteratorBase&)::{lambda()#3}::operator()() const>") == "memory copies"  # fmt: skip
+    assert category_of("lamb_update_kernel") == "optimizer"
 
 
 def test_the_report_compares_arms_by_category(profiled):
