@@ -1,5 +1,6 @@
 """Pieces every backend shares: device and dtype resolution, model and tokenizer loading."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -8,6 +9,8 @@ import torch
 from finetune_bench.inputs.arms import Arm, parse_arm
 from finetune_bench.inputs.catalog import BITSANDBYTES_OPTIMIZERS
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
+from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.liger_patching import apply_liger, keep_liger_out_of_compiled_graphs, unwrap_peft
 from finetune_bench.running.switchback import apply_switchback
 from finetune_bench.sources.models import is_random_init
@@ -105,3 +108,15 @@ def run_details(loaded: LoadedModel, loss_path: str) -> dict:
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "trainable_parameters": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
     }
+
+
+def profile_after_timed_steps(
+    args: TrainingArgs, recorder: StepRecorder, step: Callable[[], object], device: torch.device, work_dir: Path
+) -> dict[str, str]:
+    """With `profile`, `profile_steps` more calls of `step` under the profiler, after the timed steps; the run's
+    details it adds (`profile_error` when it failed: the run and its measurements stand). Sampling stops first:
+    the driver-side and host-memory peaks are the training's, not the profiler's."""
+    if not args.profile:
+        return {}
+    recorder.end_training()
+    return profile_after_training(step, args.profile_steps, device, work_dir / PROFILE_DIR)

@@ -17,10 +17,9 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
-from finetune_bench.running.backends.common import run_details
+from finetune_bench.running.backends.common import profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.plain_loop import LossFunction, load_for_criterion, loss_function
 from finetune_bench.sources.datasets import load_prompt_completion
@@ -89,15 +88,9 @@ def train(
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
-    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
-    # driver-side and host-memory peaks are the training's, not the profiler's.
-    if args.profile:
-        recorder.end_training()
-    profiled = (
-        profile_after_training(lambda: forward_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
-        if args.profile
-        else {}
-    )
+    profiled = profile_after_timed_steps(
+        args, recorder, lambda: forward_step(record=False), device, work_dir
+    )  # a failure: a detail
 
     details = {**run_details(loaded, path), **profiled}
     details["trainable_parameters"] = 0  # the weights require grad, but nothing here trains them

@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
-from finetune_bench.running.backends.common import load_model, run_details
+from finetune_bench.running.backends.common import load_model, profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
@@ -62,15 +61,9 @@ def train(
         callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()
-    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
-    # driver-side and host-memory peaks are the training's, not the profiler's.
-    if args.profile:
-        recorder.end_training()
-    profiled = (
-        profile_after_training(trainer_step_function(trainer), args.profile_steps, device, work_dir / PROFILE_DIR)
-        if args.profile
-        else {}
-    )
+    profiled = profile_after_timed_steps(
+        args, recorder, trainer_step_function(trainer), device, work_dir
+    )  # a failure: a detail
     details = {**run_details(loaded, path), **profiled}
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)

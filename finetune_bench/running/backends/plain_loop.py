@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
-from finetune_bench.running.backends.common import LoadedModel, load_model, run_details
+from finetune_bench.running.backends.common import LoadedModel, load_model, profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import (
     IGNORE_INDEX,
     check_packing_isolates_examples,
@@ -200,14 +199,8 @@ def train(
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
         evaluator.maybe_evaluate(model, step)
-    # After the timed steps; a failed profile is a detail of the run, not its end. Sampling stops first: the
-    # driver-side and host-memory peaks are the training's, not the profiler's.
-    if args.profile:
-        recorder.end_training()
-    profiled = (
-        profile_after_training(lambda: optimizer_step(record=False), args.profile_steps, device, work_dir / PROFILE_DIR)
-        if args.profile
-        else {}
-    )
+    profiled = profile_after_timed_steps(
+        args, recorder, lambda: optimizer_step(record=False), device, work_dir
+    )  # a failure: a detail
 
     return {**run_details(loaded, path), **profiled}
