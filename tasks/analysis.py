@@ -130,6 +130,9 @@ def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None]
     }
     if not analysis.profile.empty:
         tables["profile"] = analysis.profile
+    if not analysis.scaling.empty:  # runs on several GPUs
+        tables["scaling"] = analysis.scaling
+        tables["ranks"] = analysis.ranks
     report_file, files, export_problems = publish(
         report,
         "report.html",

@@ -24,6 +24,24 @@ TRAIN_RESOURCES = Resources(
     mem=os.environ.get("FINETUNE_BENCH_TRAIN_MEM", "64Gi"),
     gpu=os.environ.get("FINETUNE_BENCH_TRAIN_GPU", "1"),
 )
+
+
+def train_resources(num_gpus: int) -> Resources:
+    """What the train task of a layout with `num_gpus` GPUs per node asks of each node: that many GPUs, and the
+    CPUs and memory of a one-GPU task that many times."""
+    return Resources(
+        cpu=str(int(TRAIN_RESOURCES.cpu) * num_gpus) if str(TRAIN_RESOURCES.cpu).isdigit() else TRAIN_RESOURCES.cpu,
+        mem=_times(TRAIN_RESOURCES.mem, num_gpus),
+        gpu=str(num_gpus),
+    )
+
+
+def _times(quantity: str, factor: int) -> str:
+    """A Kubernetes quantity such as `64Gi` times `factor`."""
+    number = quantity.rstrip("KMGTPEikmgtpe")
+    return f"{int(number) * factor}{quantity[len(number) :]}" if number.isdigit() else quantity
+
+
 _accelerator = os.environ.get("FINETUNE_BENCH_TRAIN_ACCELERATOR")
 TRAIN_ACCELERATOR = GPUAccelerator(_accelerator) if _accelerator else None
 

@@ -14,21 +14,22 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
 from finetune_bench.sources.versions import SourceVersions
-from images import analysis_image
+from images import training_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import check_training_data, download_sources
 from tasks.inputs_yaml import require_unique_keys
 from tasks.plan import report_plan
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
-from tasks.train import plan_benchmark, train_condition
+from tasks.train import concatenate_outputs, plan_benchmark, runs_by_layout, train_task
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
 
 
-# The map task is built in this node's pod: it needs the settings the train task was registered with.
-@dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)
+# The map tasks are built in this node's pod: it needs the settings the train tasks were registered with, and the
+# training image (the Elastic train tasks need torch to be defined).
+@dynamic(container_image=training_image, environment=REGISTRATION_ENV)
 def run_benchmark(
     planned: list[PlannedRun],
     dataset_dir: FlyteDirectory,
@@ -40,17 +41,24 @@ def run_benchmark(
     force_fresh: bool,
     sources: SourceVersions | None = None,
 ) -> list[TrainOutput | None]:
-    """Fan the training task out over every planned run."""
-    train = partial(
-        train_condition,
-        dataset_dir=dataset_dir,
-        model_dir=model_dir,
-        sources=sources,
-        condition_timeout_s=condition_timeout_s,
-        results_store=results_store,
-        force_fresh=force_fresh,
-    )
-    return map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=planned)
+    """Fan the training out over every planned run: one map task per GPU layout (nodes × GPUs per node, each its
+    own train task), one layout after the other so that `concurrency` holds over the whole grid."""
+    mapped = []
+    for (num_nodes, num_gpus), runs in runs_by_layout(planned).items():
+        train = partial(
+            train_task(num_nodes, num_gpus),
+            dataset_dir=dataset_dir,
+            model_dir=model_dir,
+            sources=sources,
+            condition_timeout_s=condition_timeout_s,
+            results_store=results_store,
+            force_fresh=force_fresh,
+        )
+        outputs = map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=runs)
+        if mapped:
+            mapped[-1] >> outputs
+        mapped.append(outputs)
+    return mapped[0] if len(mapped) == 1 else concatenate_outputs(groups=mapped)
 
 
 @workflow

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from finetune_bench.analysis.parity import loss_parity, with_loss_parity
-from finetune_bench.analysis.tables import profile_table, results_table, steps_table
+from finetune_bench.analysis.scaling import scaling_table
+from finetune_bench.analysis.tables import profile_table, ranks_table, results_table, steps_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import OK, RunResult
 
@@ -25,6 +26,10 @@ class GridAnalysis:
     problems: list[str] = field(default_factory=list)
     # Every profiled run's per-kernel rows (`training_args.profile`); empty when no run was profiled.
     profile: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Runs on several GPUs: each condition's scaling against one GPU, and every rank of every run (empty when
+    # every run had one GPU).
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyze_grid(
@@ -50,4 +55,6 @@ def analyze_grid(
         environment=dict(environment),
         problems=problems,
         profile=profile_table(results, profile_dirs or {}),
+        scaling=scaling_table(table, swept),
+        ranks=ranks_table(results),
     )

@@ -23,6 +23,12 @@ _METRIC_COLUMNS = {
     "warmup_time_s": ("warmup_time_s", 1),
     "steps_measured": ("steps_measured", 1),
     "tokens_per_second_median_step": ("tokens_per_second_median_step", 1),
+    # a run on several GPUs (`running.ranks`): the throughput per GPU, and how uneven the ranks' memory was
+    "tokens_per_second_per_gpu": ("tokens_per_second_per_gpu", 1),
+    "peak_allocated_bytes_spread": ("peak_allocated_spread_gib", GIB),
+    "peak_reserved_bytes_spread": ("peak_reserved_spread_gib", GIB),
+    "nvml_rank_peak_bytes": ("nvml_rank_peak_gib", GIB),
+    "nvml_rank_peak_bytes_spread": ("nvml_rank_peak_spread_gib", GIB),
     "model_flops_per_token": ("model_flops_per_token", 1),
     "achieved_tflops": ("achieved_tflops", 1),
     "mfu": ("mfu", 1),
@@ -50,6 +56,7 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         result = by_key.get((run.condition_id, run.run_number))
         row: dict = {"condition_id": run.condition_id, "run_number": run.run_number}
         row.update({axis: getattr(run.training_args, axis) for axis in axis_names()})
+        row.update(world_size=run.training_args.world_size, global_batch_size=run.training_args.global_batch_size)
         if result is None:
             row.update(status=LOST, reason="the training task failed; no result came back")
             rows.append(row)
@@ -58,6 +65,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         for key, (column, scale) in _METRIC_COLUMNS.items():
             if key in result.metrics:
                 row[column] = result.metrics[key] / scale
+        if "tokens_per_second" in result.metrics and "tokens_per_second_per_gpu" not in result.metrics:
+            row["tokens_per_second_per_gpu"] = result.metrics["tokens_per_second"] / run.training_args.world_size
         predicted = result.predicted_peak_reserved_bytes
         row["predicted_peak_reserved_gib"] = predicted / GIB if predicted is not None else float("nan")
         row.update(
@@ -82,6 +91,44 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         if column not in table:
             table[column] = float("nan")
     return table
+
+
+RANK_COLUMNS = [
+    "condition_id",
+    "run_number",
+    "rank",
+    "node_rank",
+    "local_rank",
+    "host",
+    "status",
+    "reason",
+    "tokens_per_second",
+    "peak_allocated_gib",
+    "peak_reserved_gib",
+    "nvml_peak_gib",
+]
+
+
+def ranks_table(results: list[RunResult | None]) -> pd.DataFrame:
+    """One row per rank of every run on several GPUs: where it ran, how it ended, its throughput and memory."""
+    rows = []
+    for result in results:
+        for rank in result.ranks if result is not None else []:
+            rows.append(
+                {
+                    "condition_id": result.condition_id,
+                    "run_number": result.run_number,
+                    **{name: getattr(rank, name) for name in RANK_COLUMNS[2:8]},
+                    "tokens_per_second": rank.tokens_per_second,
+                    **{
+                        f"{name}_gib": getattr(rank, f"{name}_bytes") / GIB
+                        if getattr(rank, f"{name}_bytes") is not None
+                        else float("nan")
+                        for name in ("peak_allocated", "peak_reserved", "nvml_peak")
+                    },
+                }
+            )
+    return pd.DataFrame(rows, columns=RANK_COLUMNS)
 
 
 def prediction_errors(table: pd.DataFrame) -> pd.DataFrame:

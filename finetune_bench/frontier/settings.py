@@ -123,6 +123,13 @@ def plan_searches(
         validate(no_axes(), training_args, n_runs)
     with problems.check():
         _check_arms(arms)
+    with problems.check():
+        if training_args.world_size > 1:
+            raise SpecError(
+                f"training_args.num_gpus {training_args.num_gpus} × num_nodes {training_args.num_nodes}: the memory "
+                "frontier searches one GPU's memory; set num_gpus 1 and num_nodes 1 (the benchmark workflow runs "
+                "batch sizes on several GPUs)"
+            )
     for key, minimum in (("max_steps", 1), ("timing_warmup_steps", 0), ("retries", 0), ("confirmations", 0)):
         with problems.check():
             _check_int(f"probes.{key}", getattr(probes, key), minimum=minimum)

@@ -33,6 +33,14 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "adagrad",
 BITSANDBYTES_OPTIMIZERS = ("adamw_8bit",)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
+# How a condition on several GPUs shares the training (`TrainingArgs.parallelism`): `none` (one GPU), `ddp`
+# (data parallel: a full replica per GPU, gradients all-reduced), `fsdp` (PyTorch FSDP2: parameters, gradients and
+# optimizer state sharded over the GPUs).
+PARALLELISMS = ("none", "ddp", "fsdp")
+# The GPUs per node and the nodes a condition may ask for: each (nodes, GPUs per node) layout but one GPU on one
+# node is a PyTorch Elastic task of its own (`tasks.train`), so the list is finite.
+GPUS_PER_NODE = (1, 2, 4, 8)
+NODE_COUNTS = (1, 2, 4, 8)
 # How generated response lengths spread over their range (see `TrainingArgs.synthetic_length_distribution`).
 SYNTHETIC_LENGTH_DISTRIBUTIONS = ("uniform", "fixed", "normal", "lognormal")
 

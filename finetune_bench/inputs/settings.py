@@ -18,7 +18,10 @@ from finetune_bench.inputs.catalog import (
     CRITERIA,
     DEVICES,
     DTYPES,
+    GPUS_PER_NODE,
+    NODE_COUNTS,
     OPTIMIZERS,
+    PARALLELISMS,
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
@@ -158,6 +161,27 @@ class TrainingArgs(StrictFromJson):
     lora_target_modules: str = "all-linear"
     # `auto`: the GPU when there is one, else the CPU; or `cuda` / `cpu`.
     device: str = "auto"
+    # Several GPUs: `num_gpus` per node (1, 2, 4 or 8) on `num_nodes` nodes (1, 2, 4 or 8), each GPU a rank of
+    # a PyTorch Elastic launch, sharing the training as `parallelism` says: `ddp` (a replica per GPU, gradients
+    # all-reduced) or `fsdp` (FSDP2, parameters, gradients and optimizer state sharded; the plain loop shards
+    # each decoder layer with `fully_shard`, the Trainer backends through accelerate's FSDP2). Needed once there
+    # is more than one GPU, and without effect on one: a one-GPU condition trains without a process group, as
+    # before, whatever `parallelism` says. `per_device_train_batch_size` stays per GPU: a step trains
+    # per_device_train_batch_size × gradient_accumulation_steps × num_gpus × num_nodes sequences. On a CPU
+    # (`device: cpu`) the ranks are processes talking over gloo.
+    num_gpus: int = 1
+    num_nodes: int = 1
+    parallelism: str = "none"
+
+    @property
+    def world_size(self) -> int:
+        """How many ranks (GPUs) train this condition."""
+        return self.num_gpus * self.num_nodes
+
+    @property
+    def global_batch_size(self) -> int:
+        """Sequences one optimizer step trains, over every rank."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size
 
 
 @dataclass
@@ -185,6 +209,9 @@ class ExperimentArgs(StrictFromJson):
     lora_rank: list[int] = field(default_factory=list)
     # In YAML inputs write 2.0e-5, not 2e-5: YAML 1.1 (PyYAML) reads a mantissa without a dot as a string.
     learning_rate: list[float] = field(default_factory=list)
+    num_gpus: list[int] = field(default_factory=list)
+    num_nodes: list[int] = field(default_factory=list)
+    parallelism: list[str] = field(default_factory=list)
 
 
 def smoke_experiment() -> "ExperimentArgs":
@@ -319,6 +346,9 @@ _CHOICES = {
     "device": DEVICES,
     "optim": OPTIMIZERS,
     "synthetic_length_distribution": SYNTHETIC_LENGTH_DISTRIBUTIONS,
+    "parallelism": PARALLELISMS,
+    "num_gpus": GPUS_PER_NODE,
+    "num_nodes": NODE_COUNTS,
 }
 
 

@@ -14,6 +14,7 @@ from finetune_bench.inputs.catalog import (
     BITSANDBYTES_OPTIMIZERS,
     LORA_BACKENDS,
     PACKING_BACKENDS,
+    PARALLELISMS,
     SYNTHETIC_PREFIX,
     model_type,
 )
@@ -127,7 +128,8 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"training_args.eval_examples ({training_args.eval_examples}) with backend 'forward_only'{where}: "
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
-    batch = training_args.per_device_train_batch_size
+    _check_parallelism(training_args, where)
+    batch = training_args.per_device_train_batch_size * training_args.world_size
     generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
     training_examples = training_args.synthetic_num_examples - training_args.eval_examples
     if generated and training_args.eval_examples >= training_args.synthetic_num_examples:
@@ -138,10 +140,11 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
     if generated and not training_args.packing and training_examples < batch:
         eval_examples = training_args.eval_examples
         held_out = f" once eval_examples ({eval_examples}) are held out" if eval_examples else ""
+        ranks = f" on each of {training_args.world_size} GPUs" if training_args.world_size > 1 else ""
         raise SpecError(
             f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below one batch of "
-            f"per_device_train_batch_size {batch}{held_out}{where}: a batch cannot hold more examples than the "
-            "dataset has"
+            f"per_device_train_batch_size {training_args.per_device_train_batch_size}{ranks}{held_out}{where}: a "
+            "batch cannot hold more examples than the dataset has"
         )
     arm = parse_arm(training_args.arm)
     if arm.liger:
@@ -164,6 +167,24 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             )
     if arm.switchback and training_args.device == "cpu":
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
+
+
+def _check_parallelism(training_args: TrainingArgs, where: str) -> None:
+    """A run on several GPUs says how it shares the training, and trains (its backend builds an optimizer)."""
+    t = training_args
+    if t.world_size == 1:
+        return
+    layout = f"num_gpus {t.num_gpus} × num_nodes {t.num_nodes} ({t.world_size} GPUs)"
+    if t.parallelism == "none":
+        raise SpecError(
+            f"training_args.parallelism 'none' with {layout}{where}: several GPUs share a run through "
+            f"parallelism {[p for p in PARALLELISMS if p != 'none']}"
+        )
+    if t.backend == "forward_only":
+        raise SpecError(
+            f"backend 'forward_only' with {layout}{where}: it measures one GPU's forward pass; set num_gpus 1 and "
+            "num_nodes 1"
+        )
 
 
 def check_writable_location(location: str, key: str) -> None:

@@ -299,6 +299,10 @@ class StepRecorder:
             padded = sum(s.padded_tokens for s in measured)
             times = [s.step_time_s for s in measured]
             out.update(
+                # the totals the rates come from: a run on several GPUs adds its ranks' up (`running.ranks`)
+                measured_time_s=total_time,
+                measured_tokens=float(tokens),
+                measured_padded_tokens=float(padded),
                 tokens_per_second=tokens / total_time,
                 padded_tokens_per_second=padded / total_time,
                 padding_fraction=1 - tokens / padded if padded else 0.0,
@@ -308,6 +312,7 @@ class StepRecorder:
                 tokens_per_second_median_step=statistics.median(s.non_padding_tokens / s.step_time_s for s in measured),
             )
             if self._flops_fixed is not None:
+                out["measured_model_flops"] = sum(s.model_flops for s in measured)
                 out["model_flops_per_token"] = sum(s.model_flops for s in measured) / tokens
                 out["achieved_tflops"] = sum(s.model_flops for s in measured) / total_time / 1e12
         if self.steps and self._cuda:

@@ -138,7 +138,12 @@ def predict_condition(
     condition_id: str, args: TrainingArgs, target: Target, shape: ModelShape | None, unpredicted: str = ""
 ) -> ConditionPrediction:
     memory, step_time, tokens_per_second, flops = None, None, None, None
-    if shape is not None:
+    if shape is not None and args.world_size > 1:
+        # DDP's gradient buckets and FSDP's shards and gathered layers are not modelled: no figure, said so
+        unpredicted = (
+            f"a run on {args.world_size} GPUs ({args.parallelism}): the memory model covers one GPU's training"
+        )
+    elif shape is not None:
         try:
             memory = predict_memory(args, shape, sequences_full(args))
         except NoPrediction as reason:
@@ -202,8 +207,9 @@ def estimate_grid(
             seconds += 0 if skip_predicted_oom else RUN_OVERHEAD_S
         elif prediction.step_time_s is None:
             known = False
-        else:
-            seconds += RUN_OVERHEAD_S + prediction.step_time_s * run.training_args.max_steps
+        else:  # GPU time: every GPU of the run for as long as it runs
+            gpus = run.training_args.world_size
+            seconds += (RUN_OVERHEAD_S + prediction.step_time_s * run.training_args.max_steps) * gpus
     hours = seconds / 3600 if known else None
     notes = []
     if not known:

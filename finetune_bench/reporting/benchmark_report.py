@@ -294,9 +294,19 @@ def _span(values: pd.Series) -> str:
     return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
 
 
-def verdicts(comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame) -> list[str]:
+def gpu_count_text(world_sizes: pd.Series) -> str:
+    """How many GPUs the runs had: "1 GPU", "8 GPUs", "1–2 GPUs"."""
+    low, high = int(world_sizes.min()), int(world_sizes.max())
+    count = f"{low}" if low == high else f"{low}–{high}"
+    return f"{count} GPU" + ("" if high == 1 else "s")
+
+
+def verdicts(
+    comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame, table: pd.DataFrame | None = None
+) -> list[str]:
     """One line per arm: its throughput and memory ratios over the conditions where both it and the
-    baseline ran, the largest batch each fits, and whether its loss matched the baseline's."""
+    baseline ran, on how many GPUs (from `table`), the largest batch each fits, and whether its loss matched the
+    baseline's."""
     lines = []
     for arm, rows in comparison.groupby("arm", sort=False):
         both = rows.dropna(subset=["throughput_ratio"])
@@ -308,6 +318,10 @@ def verdicts(comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFra
         if not memory.empty:
             line += f", peak reserved memory {_span(memory)}"
         line += f" over {len(both)} condition(s)"
+        if table is not None and "world_size" in table and "arm" in table:
+            mine = table[(table["arm"] == arm) & (table["status"] == "ok")]["world_size"]
+            if not mine.empty:
+                line += f" on {gpu_count_text(mine)}" + (" (memory: the largest rank's)" if mine.max() > 1 else "")
         if not fitting.empty:
             mine = fitting[fitting["arm"] == arm]["largest_ok_batch"].max()
             base = fitting[fitting["arm"] == BASELINE]["largest_ok_batch"].max()
@@ -386,6 +400,55 @@ def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[
 TOP_KERNELS = 10
 
 
+def _scaling_figure(scaling: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
+    """Tokens/s against the number of GPUs per arm (one line per other setting), with each line's ideal: its
+    one-GPU throughput times the GPUs."""
+    data = _with_arm(scaling).dropna(subset=["tokens_per_second"])
+    if data.empty:
+        return None
+    others = [a for a in swept if a not in ("arm", "num_gpus", "num_nodes", "parallelism")]
+    data = data.assign(setting=data[others].astype(str).agg(", ".join, axis=1) if others else "")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    sns.lineplot(
+        data=data,
+        x="world_size",
+        y="tokens_per_second",
+        hue="arm",
+        style="setting" if others else None,
+        markers=True,
+        ax=ax,
+    )
+    ideal = data.dropna(subset=["ideal_tokens_per_second"])
+    for _, line in ideal.groupby(["arm", "setting"], sort=False):
+        reference = line.iloc[0]["one_gpu_tokens_per_second"]
+        gpus = sorted({1, *line["world_size"]})
+        ax.plot(gpus, [reference * n for n in gpus], linestyle=":", color="grey", linewidth=1)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("non-padding tokens/s (all GPUs)")
+    ax.set_xticks(sorted(data["world_size"].unique()))
+    ax.set_title("Scaling (dotted: ideal, one GPU's tokens/s × GPUs)")
+    fig.tight_layout()
+    return fig
+
+
+def _scaling_html(scaling: pd.DataFrame, ranks: pd.DataFrame, swept: list[str]) -> str:
+    """The Scaling tab: throughput against GPUs with the ideal line, each condition's scaling efficiency, and
+    every rank's memory."""
+    parts = [
+        "<p>Runs on several GPUs: tokens/s of all GPUs together (their tokens over the slowest rank's measured "
+        "time), per GPU, and the scaling efficiency, tokens/s over the GPUs × the same settings' tokens/s on one "
+        "GPU (empty when the grid has no such one-GPU condition). Memory on several GPUs is the largest rank's, "
+        "the spread its difference to the smallest.</p>"
+    ]
+    figure = _scaling_figure(scaling, swept)
+    if figure is not None:
+        parts.append(figure_html(figure, "tokens per second against GPUs"))
+    parts.append(table_html(scaling))
+    if not ranks.empty:
+        parts.append("<h3>Every rank</h3>" + table_html(ranks))
+    return "\n".join(parts)
+
+
 def _profile_html(profile: pd.DataFrame, swept: list[str]) -> str:
     """Where the profiled steps' time went, per arm: time per category (and each arm's difference from the
     baseline), then the kernels that took the most."""
@@ -443,6 +506,8 @@ def build_report(
     alpha: float = 0.05,
     problems: list[str] | None = None,
     profile: pd.DataFrame | None = None,
+    scaling: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
 ) -> Report:
     """The report from the results table (one row per run), the per-step table and the loss-parity table
     (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
@@ -475,7 +540,9 @@ def build_report(
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     if not comparison.empty:
-        overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in verdicts(comparison, fitting, parity))
+        overview.extend(
+            f'<p class="verdict">{html.escape(line)}</p>' for line in verdicts(comparison, fitting, parity, table)
+        )
     if not paired.empty:
         overview.append(
             f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
@@ -567,6 +634,9 @@ def build_report(
         figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
     )
 
+    if scaling is not None and not scaling.empty:
+        sections["Scaling"] = _scaling_html(scaling, ranks if ranks is not None else pd.DataFrame(), swept)
+
     failed_profiles = table[table.get("profile_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
     if (profile is not None and not profile.empty) or not failed_profiles.empty:
         sections["Profile"] = ""
@@ -612,4 +682,6 @@ def grid_report(analysis: GridAnalysis, alpha: float = 0.05, experiment_name: st
         alpha=alpha,
         problems=a.problems,
         profile=a.profile,
+        scaling=a.scaling,
+        ranks=a.ranks,
     )

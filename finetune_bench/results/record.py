@@ -17,6 +17,28 @@ STATUSES = (OK, OOM, ERROR, TIMEOUT, NONFINITE, PREDICTED_OOM)
 LOST = "lost"
 
 
+# A rank killed because another rank of its condition failed first (a rank's own status, never a run's).
+STOPPED = "stopped"
+
+
+@dataclass
+class RankSummary:
+    """One rank of a run on several GPUs: where it ran, how it ended and what it measured."""
+
+    rank: int
+    node_rank: int
+    local_rank: int
+    host: str
+    status: str
+    reason: str = ""
+    tokens_per_second: float | None = None
+    peak_allocated_bytes: float | None = None
+    peak_reserved_bytes: float | None = None
+    # The driver's view of the rank's GPU memory at its peak (NVML: `nvml_process_peak_bytes`, or where the
+    # container hides processes `nvml_device_used_peak_bytes`).
+    nvml_peak_bytes: float | None = None
+
+
 @dataclass
 class RunResult:
     """One run's record: which condition and repeat, its full settings, how it ended and why, what it
@@ -47,3 +69,5 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     # The memory model's peak reserved memory for this run's condition on its GPU (None: not predicted).
     predicted_peak_reserved_bytes: float | None = None
+    # Each rank of a run on several GPUs (`training_args.world_size` > 1), by rank; empty on one GPU.
+    ranks: list[RankSummary] = field(default_factory=list)

@@ -28,7 +28,7 @@ from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.gpu import driver_version, gpu_names
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
-from finetune_bench.results.record import NONFINITE, OK, OOM, RunResult
+from finetune_bench.results.record import NONFINITE, OK, OOM, RankSummary, RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +151,7 @@ class ResultStore:
                         raise CorruptEntry(f"entry {key}: {name} does not match its checksum (edited or cut short)")
                 record = json.loads(contents[RESULT_NAME])
                 record["training_args"] = TrainingArgs(**record["training_args"])
+                record["ranks"] = [RankSummary(**rank) for rank in record.get("ranks", [])]
                 result = RunResult(**record)
             except CorruptEntry:
                 raise

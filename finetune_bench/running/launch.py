@@ -16,13 +16,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
-from finetune_bench.results.record import ERROR, PREDICTED_OOM, RunResult
+from finetune_bench.results.record import ERROR, PREDICTED_OOM, STOPPED, RunResult
 from finetune_bench.results.store import (
     CorruptEntry,
     ResultStore,
@@ -75,11 +75,11 @@ def isolated_env() -> dict[str, str]:
     return env
 
 
-def child_env(run: PlannedRun) -> dict[str, str]:
-    """The training child's environment (`isolated_env`), with the Triton interpreter on a CPU and which run it
-    is (for the test-only faults)."""
+def child_env(run: PlannedRun, rank: int | None = None) -> dict[str, str]:
+    """The training child's environment (`isolated_env`: a rank's keeps the launch's RANK, WORLD_SIZE, MASTER_ADDR,
+    ...), with the Triton interpreter on a CPU and which run (and rank) it is, for the test-only faults."""
     env = isolated_env()
-    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}"
+    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}" + (f"@rank{rank}" if rank is not None else "")
     if _needs_triton_interpreter(run):
         env.update(INTERPRETER_ENV)
     return env
@@ -100,10 +100,32 @@ def not_launched(run: PlannedRun) -> RunResult:
 
 
 def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: Path, timeout_s: float) -> RunResult:
-    """Train `run` in a child process under `work_dir`; classify how it ended (ok/oom/error/timeout).
-    A run refused at planning ends as an error with the refusal as its reason, and launches nothing."""
+    """Train `run` in a child process under `work_dir`, holding the machine's device lock; classify how it ended
+    (ok/oom/error/timeout). A run refused at planning ends as an error with the refusal as its reason, and
+    launches nothing."""
     if run.refused:
         return not_launched(run)
+    with device_lock(hardware_fingerprint()) as waited_s:
+        result = run_child(run, dataset_dir, model_dir, work_dir, timeout_s)
+    if waited_s >= 1:
+        result.details["waited_for_device_s"] = f"{waited_s:.0f}"
+    result.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
+    return result
+
+
+def run_child(
+    run: PlannedRun,
+    dataset_dir: Path,
+    model_dir: Path,
+    work_dir: Path,
+    timeout_s: float,
+    rank: int | None = None,
+    stop_when: Callable[[], str] | None = None,
+    poll_s: float = 1.0,
+) -> RunResult:
+    """Train `run` (or, with `rank`, that rank of it: `running.ranks`) in a child process under `work_dir` and
+    classify how it ended. `stop_when()`, asked every `poll_s` seconds while the child runs, says why to kill it
+    now ("" to go on): such a child ends `stopped`."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     condition_file = work_dir / "condition.json"
@@ -121,11 +143,9 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
         "--out",
         str(work_dir),
     ]
-    with device_lock(hardware_fingerprint()) as waited_s:
-        result = _run_child(run, command, work_dir, timeout_s)
-    if waited_s >= 1:
-        result.details["waited_for_device_s"] = f"{waited_s:.0f}"
-    result.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
+    ending = run_isolated(command, work_dir, child_env(run, rank), timeout_s, stop_when, poll_s)
+    result = _classify(run, work_dir, ending, timeout_s)
+    result.wall_time_s = ending.wall_time_s
     return result
 
 
@@ -134,13 +154,25 @@ class ChildEnding:
     returncode: int
     timed_out: bool
     wall_time_s: float
+    # Why the child was killed before it ended ("" when it was not): `stop_when`'s answer.
+    stopped: str = ""
 
 
-def run_isolated(command: list[str], work_dir: Path, env: dict[str, str], timeout_s: float) -> ChildEnding:
-    """Run `command` in a child process of its own session (its output in `work_dir`/LOG_FILE) until it exits or
-    `timeout_s` passes; nothing it started outlives it."""
+def run_isolated(
+    command: list[str],
+    work_dir: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    stop_when: Callable[[], str] | None = None,
+    poll_s: float = 1.0,
+) -> ChildEnding:
+    """Run `command` in a child process of its own session (its output in `work_dir`/LOG_FILE) until it exits,
+    `timeout_s` passes or `stop_when()` gives a reason (asked every `poll_s` seconds); nothing it started
+    outlives it."""
     started = time.monotonic()
+    deadline = started + timeout_s
     timed_out = False
+    stopped = ""
     with open(work_dir / LOG_FILE, "wb") as log:
         # A session of its own, so that a timeout kills the child's whole process group (its own children
         # included). The child also dies with this process (it asks the kernel to, see `worker`), and every
@@ -148,22 +180,24 @@ def run_isolated(command: list[str], work_dir: Path, env: dict[str, str], timeou
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             with _sigterm_raises():
-                returncode = child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            returncode = _kill_group(child)
+                while True:
+                    wait_s = deadline - time.monotonic()
+                    if stop_when is not None:
+                        wait_s = min(wait_s, poll_s)
+                    try:
+                        returncode = child.wait(timeout=max(wait_s, 0))
+                        break
+                    except subprocess.TimeoutExpired:
+                        timed_out = time.monotonic() >= deadline
+                        stopped = "" if timed_out or stop_when is None else stop_when()
+                        if timed_out or stopped:
+                            returncode = _kill_group(child)
+                            break
         finally:
             if child.returncode is None:
                 _kill_group(child)
             _kill_leftovers(child.pid)
-    return ChildEnding(returncode, timed_out, time.monotonic() - started)
-
-
-def _run_child(run: PlannedRun, command: list[str], work_dir: Path, timeout_s: float) -> RunResult:
-    ending = run_isolated(command, work_dir, child_env(run), timeout_s)
-    result = _classify(run, work_dir, ending.returncode, ending.timed_out, timeout_s)
-    result.wall_time_s = ending.wall_time_s
-    return result
+    return ChildEnding(returncode, timed_out, time.monotonic() - started, stopped)
 
 
 class ParentTerminated(SystemExit):
@@ -216,7 +250,8 @@ def _log_tail(work_dir: Path) -> str:
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
-def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool, timeout_s: float) -> RunResult:
+def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: float) -> RunResult:
+    returncode, timed_out = ending.returncode, ending.timed_out
     steps_file = work_dir / STEPS_FILE
     profile = work_dir / PROFILE_DIR
     result = RunResult(
@@ -229,6 +264,10 @@ def _classify(run: PlannedRun, work_dir: Path, returncode: int, timed_out: bool,
         profile_dir=str(profile) if (profile / PROFILE_FILE).exists() else "",
     )
     record_file = work_dir / RESULT_FILE
+    if ending.stopped:  # killed because another rank of the run failed: what it measured is not a result
+        result.status = STOPPED
+        result.reason = f"stopped: {ending.stopped}"
+        return result
     if record_file.exists() and not timed_out:
         record = json.loads(record_file.read_text())
         for name in (
@@ -292,29 +331,43 @@ def run_or_reuse(
     # Held from the lookup to the save: a grid started beside this one on the same machine waits, then reuses
     # this run instead of measuring it at the same time on the same device.
     with device_lock(hardware) as waited_s:
-        result, problems, notes = (None, [], {}) if force_fresh else _stored(store, key, Path(work_dir), name)
+        result, problems, notes = (
+            (None, [], {}) if force_fresh else stored_result(store, key, Path(work_dir), name, run)
+        )
         if result is not None:
             logger.info("%s: reused the stored result %s", name, key)
             result.reused = True
         else:
             result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
             result.details.update(notes)
-            try:
-                store.save(key, result, identity=identity)
-            except StoreError as exc:
-                logger.error("%s: %s", name, exc)
-                problems.append(f"results store: {exc}; this run is not kept, a re-run of the grid measures it again")
+            problems.extend(save_result(store, key, result, identity, name))
             result.problems.extend(problems)
     if waited_s >= 1:
         result.details["waited_for_device_s"] = f"{waited_s:.0f}"
     return result
 
 
-def _stored(store: ResultStore, key: str, work_dir: Path, name: str) -> tuple[RunResult | None, list[str], dict]:
-    """The stored result of `key` (None when there is none to reuse), the problems reading it, and notes for
-    the run that replaces a corrupt entry."""
+def save_result(store: ResultStore, key: str, result: RunResult, identity: dict, name: str) -> list[str]:
+    """Keep `result` in the store as `key`; the problem (one line) when it could not be kept."""
     try:
-        return store.load(key, work_dir), [], {}
+        store.save(key, result, identity=identity)
+    except StoreError as exc:
+        logger.error("%s: %s", name, exc)
+        return [f"results store: {exc}; this run is not kept, a re-run of the grid measures it again"]
+    return []
+
+
+def stored_result(
+    store: ResultStore, key: str, work_dir: Path, name: str, run: PlannedRun
+) -> tuple[RunResult | None, list[str], dict]:
+    """The stored result of `key` for `run` (None when there is none to reuse), the problems reading it, and notes
+    for the run that replaces a corrupt entry. The key holds the settings, not the names: a run stored by a grid
+    that named or swept its condition otherwise comes back under this grid's condition id and axes."""
+    try:
+        stored = store.load(key, work_dir)
+        if stored is not None:
+            stored.condition_id, stored.swept_axes = run.condition_id, list(run.swept_axes)
+        return stored, [], {}
     except CorruptEntry as exc:
         logger.warning("%s: results store %s; measuring it again", name, exc)
         return None, [], {"results_store": f"replaced a corrupt stored entry ({exc})"}

@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
     device = resolve_device(args.device)
+    distributed = args.world_size > 1  # one rank of a run on several GPUs (`running.ranks`)
+    if distributed:
+        from finetune_bench.running import distributed as ranks
+
+        device = ranks.rank_device(device)
     dtype = resolve_dtype(args.dtype, device)
     arm = parse_arm(args.arm)
     if device.type == "cpu" and arm.liger:
@@ -73,8 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
+        if distributed:
+            ranks.start_process_group(device)
         backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
+        if distributed:
+            ranks.end_process_group()
         result["status"] = "ok"
         result["liger_patches"] = extra.pop("liger_patches", {})
         result["loss_path"] = extra.pop("loss_path", "")
@@ -99,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     result["details"]["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
     (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
+    if distributed and result["status"] != "ok":
+        # Tearing down a process group whose peers are still in a collective can block: the result is written,
+        # and the supervisor stops the other ranks.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     return 0 if result["status"] == "ok" else 1
 
 

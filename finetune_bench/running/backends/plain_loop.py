@@ -14,9 +14,10 @@ tokens whose position_ids restart at every example (`backends.data.pack`).
 """
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,12 @@ from finetune_bench.running.backends.data import (
     tokenize_prompt_completion,
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
+from finetune_bench.running.distributed import TrainingModule, gradient_sync, rank_sampler, share_model, unshared
 from finetune_bench.running.liger_patching import loss_path
 from finetune_bench.sources.datasets import load_training_and_held_out
+
+if TYPE_CHECKING:
+    import datasets
 
 
 def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) -> torch.optim.Optimizer:
@@ -63,6 +68,37 @@ def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) 
 
 
 LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def training_batches(
+    data: "datasets.Dataset", args: TrainingArgs, collate_rows: Callable, pin_memory: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Batches of `per_device_train_batch_size` rows, reshuffled every epoch (seeded), without end; on several
+    GPUs each rank gets its own share of every epoch (a DistributedSampler)."""
+    if args.world_size == 1:
+        loader = torch.utils.data.DataLoader(
+            data,
+            batch_size=args.per_device_train_batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(args.seed),
+            drop_last=True,
+            collate_fn=collate_rows,
+            pin_memory=pin_memory,
+        )
+        yield from itertools.chain.from_iterable(itertools.repeat(loader))
+        return
+    sampler = rank_sampler(len(data), args.seed)
+    loader = torch.utils.data.DataLoader(
+        data,
+        batch_size=args.per_device_train_batch_size,
+        sampler=sampler,
+        drop_last=True,
+        collate_fn=collate_rows,
+        pin_memory=pin_memory,
+    )
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
+        yield from loader
 
 
 def next_token_labels(labels: torch.Tensor) -> torch.Tensor:
@@ -136,13 +172,16 @@ def train(
     from transformers import get_scheduler
 
     loaded, path = load_for_criterion(args, model_dir, device, dtype)
-    compute_loss = loss_function(args.criterion)
     model, tokenizer = loaded.model, loaded.tokenizer
     recorder.attach_model(model)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
     model.train()
+    # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
+    trained = TrainingModule(model, loss_function(args.criterion))
+    if args.world_size > 1:
+        trained = share_model(trained, args, device)
 
     training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, tokenizer, device, recorder)
@@ -153,19 +192,9 @@ def train(
         collate_rows = collate_packed
     else:
         collate_rows = partial(collate, pad_token_id=tokenizer.pad_token_id)
-    generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(
-        data,
-        batch_size=args.per_device_train_batch_size,
-        shuffle=True,
-        generator=generator,
-        drop_last=True,
-        collate_fn=collate_rows,
-        pin_memory=device.type == "cuda",
-    )
-    require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
-    batches = itertools.chain.from_iterable(itertools.repeat(loader))
-    optimizer = build_optimizer(args, model, work_dir)
+    require_one_batch(len(data), args.per_device_train_batch_size * args.world_size, args.max_seq_length)
+    batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
+    optimizer = build_optimizer(args, model, work_dir)  # after sharding: FSDP's parameters are the shards
     scheduler = get_scheduler(
         args.lr_scheduler_type,
         optimizer,
@@ -177,12 +206,13 @@ def train(
         """One optimizer step over `gradient_accumulation_steps` micro-batches; its loss. `record`: the
         recorder counts its tokens (a timed step)."""
         step_loss = torch.zeros((), device=device)
-        for _ in range(args.gradient_accumulation_steps):
+        for micro_batch in range(args.gradient_accumulation_steps):
             batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
             if record:
                 recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
-            loss = compute_loss(model, batch) / args.gradient_accumulation_steps
-            loss.backward()
+            with gradient_sync(trained, sync=micro_batch == args.gradient_accumulation_steps - 1):
+                loss = trained(batch) / args.gradient_accumulation_steps
+                loss.backward()
             step_loss += loss.detach()
         if args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
@@ -191,14 +221,16 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         return step_loss
 
-    evaluator.maybe_evaluate(model, 0)
+    # on several GPUs every rank evaluates, through the shared module (an FSDP forward needs every rank)
+    evaluated = unshared(trained) if args.world_size > 1 else model
+    evaluator.maybe_evaluate(evaluated, 0)
     recorder.begin_training()
     for step in range(1, args.max_steps + 1):
         step_loss = optimizer_step(record=True)
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
-        evaluator.maybe_evaluate(model, step)
+        evaluator.maybe_evaluate(evaluated, step)
     profiled = profile_after_timed_steps(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir
     )  # a failure: a detail

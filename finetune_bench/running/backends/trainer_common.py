@@ -44,7 +44,19 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
+        **distributed_arguments(args),
     )
+
+
+def distributed_arguments(args: TrainingArgs) -> dict:
+    """How the Trainer shares a run on several GPUs (it joins the process group the worker started): DDP, or
+    accelerate's FSDP2 wrapping each decoder layer (transformers' `_no_split_modules`) with parameters kept in
+    the model's dtype, as the plain loop's `fully_shard` does."""
+    if args.world_size == 1:
+        return {}
+    if args.parallelism == "ddp":
+        return {"ddp_find_unused_parameters": False}
+    return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}}
 
 
 def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "transformers.TrainerCallback":

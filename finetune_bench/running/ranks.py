@@ -1,0 +1,318 @@
+"""One run on several GPUs: what each rank of a PyTorch Elastic launch does, and how the ranks' ends make the run's.
+
+PyTorch Elastic (through flytekitplugins-kfpytorch's `Elastic` task, `tasks.train`) starts one process per GPU on
+every node. Each of them runs `run_on_ranks`: it supervises one training child (`running.worker`, the same child
+a one-GPU run trains in, here one rank of the process group) exactly as `launch.run_in_child` does, with the
+same timeout, the same classification of its end and nothing left behind. The ranks talk through the launch's
+own key-value store (the elastic agent's TCPStore, at MASTER_ADDR:MASTER_PORT):
+
+- each node's first rank takes the machine's device lock and fetches the model and data once for its node;
+- global rank 0 looks the run up in the results store and tells every rank to train or not;
+- a rank whose child fails (out of memory, an error, a timeout, a crash) says so first, and every other rank
+  kills its own child at once: a peer left waiting in a collective would otherwise hang until its timeout;
+- each rank files a summary of its end; rank 0 makes the run's result of them (the failing rank's status and
+  reason, named; throughput summed over ranks; memory per rank, its maximum and spread), stores it and returns it.
+
+The supervisors never raise for the run's own failure, so the elastic agent always sees them succeed and the
+grid's other conditions run on.
+"""
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.results.record import NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
+from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
+from finetune_bench.running.device_lock import device_lock
+from finetune_bench.running.launch import not_launched, run_child, save_result, stored_result
+
+logger = logging.getLogger(__name__)
+
+# Keys of this launch's store, under one prefix so that they never meet the process group's own.
+_PREFIX = "finetune_bench/"
+# How long a rank waits for another to file its summary once its own child has ended: the others end within
+# the kill grace of the first failure, or at their own timeout (which started within seconds of this one's).
+_SUMMARY_GRACE_S = 120.0
+# The reason of a rank whose supervisor filed no report.
+_NO_REPORT = "its supervisor filed no result"
+# How often a supervisor checks whether another rank failed.
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where this process sits in the launch, from the environment PyTorch Elastic gives each rank."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    world_size: int
+    local_world_size: int
+
+    @classmethod
+    def from_env(cls) -> "RankPlace":
+        names = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+        missing = [name for name in names if name not in os.environ]
+        if missing:
+            raise RuntimeError(f"not a rank of a PyTorch Elastic launch: {', '.join(missing)} not set")
+        return cls(*(int(os.environ[name]) for name in names))
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} (node {self.node_rank}, GPU {self.local_rank})"
+
+
+def launch_store(timeout_s: float) -> "torch.distributed.Store":  # noqa: F821
+    """A client of the launch's key-value store (hosted by the elastic agent), keys under this module's prefix."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+    return dist.PrefixStore(_PREFIX, store)
+
+
+def _wait(store: "torch.distributed.Store", key: str) -> str:  # noqa: F821
+    """The value of `key` once some rank has set it, however long that takes (another grid may hold the device)."""
+    while True:
+        try:
+            store.wait([key], timedelta(seconds=60))
+            return store.get(key).decode()
+        except RuntimeError as exc:  # the store's wait timed out (DistStoreError subclasses RuntimeError)
+            if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
+                raise
+
+
+def _failed_rank(store: "torch.distributed.Store") -> int | None:  # noqa: F821
+    return int(store.get("failed").decode()) if store.check(["failed"]) else None
+
+
+@dataclass
+class RankReport:
+    """What a rank files for rank 0: its summary, the totals its rates come from, and its error's tail."""
+
+    summary: RankSummary
+    totals: dict[str, float]
+    error_tail: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RankReport":
+        data = json.loads(text)
+        return cls(summary=RankSummary(**data["summary"]), totals=data["totals"], error_tail=data["error_tail"])
+
+
+def run_on_ranks(
+    run: PlannedRun,
+    results_store: ResultStore,
+    fetch_sources: Callable[[], tuple[Path, Path]],
+    work_dir: Path,
+    timeout_s: float,
+    force_fresh: bool = False,
+    sources: dict[str, str] | None = None,
+) -> RunResult | None:
+    """This rank's part of `run`: the run's result on global rank 0, None on every other rank.
+
+    `fetch_sources()` gives the local dataset and model directories (called once per node, by its first rank).
+    """
+    place = RankPlace.from_env()
+    if run.refused or run.predicted_oom:  # nothing to launch
+        return not_launched(run) if place.rank == 0 else None
+    store = launch_store(timeout_s + _SUMMARY_GRACE_S)
+    hardware = hardware_fingerprint()
+    with contextlib.ExitStack() as held:
+        if place.local_rank == 0:
+            waited_s = held.enter_context(device_lock(hardware))
+            dataset_dir, model_dir = fetch_sources()
+            store.set(f"sources/{place.node_rank}", json.dumps([str(dataset_dir), str(model_dir), waited_s]))
+        dataset_dir, model_dir, waited_s = json.loads(_wait(store, f"sources/{place.node_rank}"))
+        identity = run_identity(run, hardware, sources or {})
+        key = identity_key(identity)
+        name = f"{run.condition_id} run {run.run_number}"
+        problems, notes = [], {}
+        if place.rank == 0:
+            for node in range(place.world_size // place.local_world_size):
+                _wait(store, f"sources/{node}")
+            stored = None
+            if not force_fresh:
+                stored, problems, notes = stored_result(results_store, key, work_dir, name, run)
+            store.set("decision", "reuse" if stored is not None else "train")
+            if stored is not None:
+                logger.info("%s: reused the stored result %s", name, key)
+                stored.reused = True
+                return stored
+        elif _wait(store, "decision") == "reuse":
+            return None
+        report, result = _train_rank(run, place, store, Path(dataset_dir), Path(model_dir), work_dir, timeout_s)
+        store.set(f"report/{place.rank}", report.to_json())
+        if place.rank != 0:
+            return None
+        merged = merge_ranks(result, _gather_reports(store, place.world_size, report), _failed_rank(store))
+        merged.details.update(notes)
+        if waited_s >= 1:
+            merged.details["waited_for_device_s"] = f"{waited_s:.0f}"
+        merged.problems.extend(problems)
+        merged.problems.extend(save_result(results_store, key, merged, identity, name))
+        merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
+        return merged
+
+
+def _train_rank(
+    run: PlannedRun,
+    place: RankPlace,
+    store: "torch.distributed.Store",  # noqa: F821
+    dataset_dir: Path,
+    model_dir: Path,
+    work_dir: Path,
+    timeout_s: float,
+) -> tuple[RankReport, RunResult]:
+    """Train this rank in its child, killed as soon as another rank failed: its report and its own result."""
+
+    def another_failed() -> str:
+        failed = _failed_rank(store)
+        return f"rank {failed} failed first" if failed is not None and failed != place.rank else ""
+
+    result = run_child(
+        run, dataset_dir, model_dir, work_dir, timeout_s, rank=place.rank, stop_when=another_failed, poll_s=POLL_S
+    )
+    if result.status not in (OK, STOPPED):
+        store.compare_set("failed", "", str(place.rank))  # written only where no rank has yet: the first failure
+    metrics = result.metrics
+    summary = RankSummary(
+        rank=place.rank,
+        node_rank=place.node_rank,
+        local_rank=place.local_rank,
+        host=socket.gethostname(),
+        status=result.status,
+        reason=result.reason,
+        tokens_per_second=metrics.get("tokens_per_second"),
+        peak_allocated_bytes=metrics.get("peak_allocated_bytes"),
+        peak_reserved_bytes=metrics.get("peak_reserved_bytes"),
+        nvml_peak_bytes=metrics.get("nvml_process_peak_bytes", metrics.get("nvml_device_used_peak_bytes")),
+    )
+    totals = {k: v for k, v in metrics.items() if k.startswith("measured_")}
+    return RankReport(summary, totals, result.error_tail if result.status not in (OK, STOPPED) else ""), result
+
+
+def _gather_reports(store: "torch.distributed.Store", world_size: int, own: RankReport) -> list[RankReport]:  # noqa: F821
+    """Every rank's report, by rank; a rank that filed none within the grace period is an error."""
+    reports = {own.summary.rank: own}
+    deadline = time.monotonic() + _SUMMARY_GRACE_S
+    for rank in range(world_size):
+        if rank in reports:
+            continue
+        try:
+            store.wait([f"report/{rank}"], timedelta(seconds=max(deadline - time.monotonic(), 0.1)))
+            reports[rank] = RankReport.from_json(store.get(f"report/{rank}").decode())
+        except RuntimeError:  # its supervisor died, or hangs: the elastic agent reports it; the run is an error
+            reason = f"{_NO_REPORT} within {_SUMMARY_GRACE_S:g} s of rank 0's end"
+            reports[rank] = RankReport(RankSummary(rank, -1, -1, "", "error", reason), {})
+    return [reports[rank] for rank in range(world_size)]
+
+
+# Metrics a run on several GPUs sums over its ranks (each rank's rate is its own share).
+_SUMMED_TOTALS = {
+    "measured_tokens": "tokens_per_second",
+    "measured_padded_tokens": "padded_tokens_per_second",
+}
+# Memory peaks, per rank: the run's is the largest rank's, and the spread says how uneven the ranks were.
+_PER_RANK_PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes")
+
+
+def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None) -> RunResult:
+    """The run's result from rank 0's own and every rank's report: the first failing rank's status, reason and
+    error (named); the throughput of all ranks together (their tokens over the slowest rank's measured time),
+    per GPU, and the model FLOPs utilization over all GPUs; each memory peak as the largest rank's, with its
+    spread over the ranks. Step times, losses and the held-out loss are rank 0's."""
+    merged = dataclasses.replace(
+        rank0,
+        metrics=dict(rank0.metrics),
+        details=dict(rank0.details),
+        ranks=[report.summary for report in reports],
+        problems=list(rank0.problems),
+    )
+    culprit = _culprit(reports, failed)
+    if culprit is not None:
+        summary = culprit.summary
+        merged.status = summary.status if summary.status != STOPPED else "error"
+        merged.reason = f"rank {summary.rank} (node {summary.node_rank}, GPU {summary.local_rank}): {summary.reason}"
+        merged.error_tail = culprit.error_tail or rank0.error_tail
+    merged.metrics.update(combined_metrics(reports, rank0.environment.get("gpu_name", "")))
+    return merged
+
+
+# A rank's error that is its peers' failure seen through a collective (a closed connection, an aborted
+# communicator): never the cause of the run's failure when another rank has one of its own.
+_COLLECTIVE_ERROR = re.compile(
+    r"gloo|nccl|ProcessGroup|DistBackendError|DistNetworkError|Connection (closed|reset)|Broken pipe", re.IGNORECASE
+)
+
+
+def _culprit(reports: list[RankReport], failed: int | None) -> RankReport | None:
+    """The rank whose failure is the run's: the first of an out-of-memory or non-finite loss, else an error of
+    its own, else a timeout, else an error seen through a collective, else a rank that filed no result; among
+    equals, the rank that said it failed first (`failed`), then the lowest rank. None when every rank ended ok."""
+    failures = [r for r in reports if r.summary.status not in (OK, STOPPED)]
+    if not failures:
+        return None
+
+    def cause_rank(report: RankReport) -> tuple[int, bool, int]:
+        status, reason = report.summary.status, report.summary.reason
+        last_line = report.error_tail.rstrip().rsplit("\n", 1)[-1]
+        if status in (OOM, NONFINITE):
+            kind = 0
+        elif reason.startswith(_NO_REPORT):
+            kind = 4
+        elif status == TIMEOUT:
+            kind = 2
+        elif _COLLECTIVE_ERROR.search(reason) or _COLLECTIVE_ERROR.search(last_line):
+            kind = 3
+        else:
+            kind = 1
+        return kind, report.summary.rank != failed, report.summary.rank
+
+    return min(failures, key=cause_rank)
+
+
+def combined_metrics(reports: list[RankReport], gpu_name: str) -> dict[str, float]:
+    """The run's throughput and memory from its ranks' reports (what every rank measured; nothing when one did
+    not)."""
+    from finetune_bench.measuring.flops import mfu
+
+    out: dict[str, float] = {"world_size": float(len(reports))}
+    totals = [report.totals for report in reports]
+    if all("measured_time_s" in t for t in totals):
+        slowest_s = max(t["measured_time_s"] for t in totals)
+        for total, rate in _SUMMED_TOTALS.items():
+            if all(total in t for t in totals):
+                out[rate] = sum(t[total] for t in totals) / slowest_s
+        if "tokens_per_second" in out:
+            out["tokens_per_second_per_gpu"] = out["tokens_per_second"] / len(reports)
+        if all("measured_model_flops" in t for t in totals):
+            out["achieved_tflops"] = sum(t["measured_model_flops"] for t in totals) / slowest_s / 1e12
+            utilization = mfu(out["achieved_tflops"] / len(reports), gpu_name)  # each GPU's share of its peak
+            if utilization is not None:
+                out["mfu"] = utilization
+    summaries = [report.summary for report in reports]
+    for name in _PER_RANK_PEAKS:
+        values = [getattr(s, name) for s in summaries]
+        if values and all(v is not None for v in values):
+            metric = "nvml_rank_peak_bytes" if name == "nvml_peak_bytes" else name
+            out[metric] = float(max(values))
+            out[f"{metric}_spread"] = float(max(values) - min(values))
+    return out

@@ -1,0 +1,162 @@
+"""Runs on several GPUs, on a CPU: two ranks over gloo through the real Elastic train task and PyTorch Elastic's own
+launcher (the plain loop's DDP and FSDP2, the Trainer's DDP), a rank that fails, a rank that hangs; and how rank
+0 makes the run's result of its ranks' reports."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.results.record import RankSummary, RunResult
+from finetune_bench.running.ranks import RankReport, combined_metrics, merge_ranks
+
+
+def _report(rank: int, status: str = "ok", reason: str = "", **totals: float) -> RankReport:
+    summary = RankSummary(
+        rank=rank,
+        node_rank=0,
+        local_rank=rank,
+        host="h",
+        status=status,
+        reason=reason,
+        tokens_per_second=totals.get("measured_tokens", 0) / totals.get("measured_time_s", 1),
+        peak_allocated_bytes=totals.pop("peak_allocated_bytes", None),
+        peak_reserved_bytes=totals.pop("peak_reserved_bytes", None),
+    )
+    return RankReport(summary, totals, error_tail=f"tail of rank {rank}" if status != "ok" else "")
+
+
+def test_the_run_adds_its_ranks_tokens_over_the_slowest_rank_and_keeps_the_largest_memory():
+    reports = [
+        _report(0, measured_tokens=1000.0, measured_padded_tokens=1200.0, measured_time_s=2.0,
+                peak_allocated_bytes=10.0, peak_reserved_bytes=12.0),
+        _report(1, measured_tokens=3000.0, measured_padded_tokens=3200.0, measured_time_s=4.0,
+                peak_allocated_bytes=14.0, peak_reserved_bytes=20.0),
+    ]  # fmt: skip
+    metrics = combined_metrics(reports, gpu_name="")
+    assert metrics["tokens_per_second"] == pytest.approx(4000 / 4.0)
+    assert metrics["padded_tokens_per_second"] == pytest.approx(4400 / 4.0)
+    assert metrics["tokens_per_second_per_gpu"] == pytest.approx(500.0)
+    assert metrics["peak_reserved_bytes"] == 20.0 and metrics["peak_reserved_bytes_spread"] == 8.0
+    assert metrics["peak_allocated_bytes"] == 14.0 and metrics["peak_allocated_bytes_spread"] == 4.0
+    assert "mfu" not in metrics  # no GPU peak known
+
+
+def test_a_rank_that_measured_nothing_leaves_the_run_without_a_throughput():
+    reports = [_report(0, measured_tokens=1000.0, measured_time_s=2.0), _report(1)]
+    assert "tokens_per_second" not in combined_metrics(reports, gpu_name="")
+
+
+def test_the_first_failing_rank_names_the_run_s_status_and_reason():
+    rank0 = RunResult(condition_id="c", run_number=0, swept_axes=[], training_args=TrainingArgs(), status="stopped")
+    reports = [
+        _report(0, status="stopped", reason="stopped: rank 1 failed first"),
+        _report(1, status="oom", reason="out of memory at step 3"),
+    ]
+    merged = merge_ranks(rank0, reports, failed=1)
+    assert merged.status == "oom"
+    assert merged.reason == "rank 1 (node 0, GPU 1): out of memory at step 3"
+    assert merged.error_tail == "tail of rank 1"
+    assert [r.status for r in merged.ranks] == ["stopped", "oom"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_rank(monkeypatch):
+    """The plugin sets OMP_NUM_THREADS=1 in its caller for good when it is unset (as torchrun does): set here, it
+    is restored for the tests that follow."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_a_rank_that_saw_its_peer_go_through_a_collective_is_not_the_cause():
+    rank0 = RunResult(condition_id="c", run_number=0, swept_axes=[], training_args=TrainingArgs(), status="error")
+    reports = [
+        _report(0, status="error", reason="DistBackendError: [Gloo] Connection closed by peer [127.0.0.1]:1234"),
+        _report(1, status="error", reason="RuntimeError: injected error at step 2"),
+    ]
+    # rank 0 said it failed first (its supervisor won the race): its error is still not the cause
+    merged = merge_ranks(rank0, reports, failed=0)
+    assert merged.reason == "rank 1 (node 0, GPU 1): RuntimeError: injected error at step 2"
+
+
+# Through the real Elastic task: each launch starts two rank processes (spawned by PyTorch Elastic), each of
+# which supervises a training child; about 20 s per launch on two CPU cores.
+
+
+def _launch(tmp_path: Path, dataset_dir: Path, model_dir: Path, timeout_s: int = 240, **settings) -> RunResult:
+    from flytekit.types.directory import FlyteDirectory
+
+    from tasks.train import ELASTIC_TRAIN_TASKS
+
+    defaults = dict(backend="plain_loop", parallelism="ddp", max_steps=3, max_seq_length=64)
+    args = dataclasses.replace(
+        TrainingArgs(), device="cpu", per_device_train_batch_size=2, num_gpus=2, **{**defaults, **settings}
+    )
+    planned = PlannedRun(condition_id="two-ranks", run_number=0, training_args=args, swept_axes=[])
+    output = ELASTIC_TRAIN_TASKS[1, 2](
+        planned_run=planned,
+        dataset_dir=FlyteDirectory(str(dataset_dir)),
+        model_dir=FlyteDirectory(str(model_dir)),
+        condition_timeout_s=timeout_s,
+        results_store=str(tmp_path / "store"),
+        force_fresh=True,
+    )
+    return output.result
+
+
+def _leftover_workers() -> list[str]:
+    """Command lines of training children still alive (none may outlive its run)."""
+    alive = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "finetune_bench.running.worker" in text:
+            alive.append(text)
+    return alive
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "backend"),
+    [
+        ("ddp", "plain_loop"),
+        pytest.param("fsdp", "plain_loop", marks=pytest.mark.slow),
+        pytest.param("ddp", "trl_sft", marks=pytest.mark.slow),
+        pytest.param("fsdp", "hf_trainer", marks=pytest.mark.slow),
+    ],
+)
+def test_two_ranks_train_one_run_over_gloo(parallelism, backend, tmp_path, tiny_dataset_dir, tiny_model_dir):
+    result = _launch(tmp_path, tiny_dataset_dir, tiny_model_dir, parallelism=parallelism, backend=backend)
+    assert result.status == "ok", f"{result.reason}\n{result.error_tail}"
+    assert [(r.rank, r.local_rank, r.status) for r in result.ranks] == [(0, 0, "ok"), (1, 1, "ok")]
+    per_rank = [r.tokens_per_second for r in result.ranks]
+    # the run's throughput is both ranks' tokens over the slower one's time: at most their rates' sum
+    assert min(per_rank) < result.metrics["tokens_per_second"] <= sum(per_rank) * (1 + 1e-9)
+    assert result.metrics["tokens_per_second_per_gpu"] == pytest.approx(result.metrics["tokens_per_second"] / 2)
+    assert result.metrics["world_size"] == 2
+    assert result.steps_file and Path(result.steps_file).exists()
+    assert _leftover_workers() == []
+
+
+def test_a_failing_rank_ends_the_run_as_its_failure_and_stops_the_other(
+    tmp_path, tiny_dataset_dir, tiny_model_dir, monkeypatch
+):
+    monkeypatch.setenv("FINETUNE_BENCH_FAULT", "oom@2:two-ranks#0@rank1")
+    result = _launch(tmp_path, tiny_dataset_dir, tiny_model_dir)
+    assert result.status == "oom"
+    assert result.reason.startswith("rank 1 (node 0, GPU 1): out of memory at step 3")
+    assert "injected at step 2" in result.error_tail
+    assert {r.rank: r.status for r in result.ranks}[1] == "oom"
+    # rank 0 finished before rank 1's failure reached it, was stopped, or saw its peer go (a gloo error)
+    assert {r.rank: r.status for r in result.ranks}[0] in ("ok", "stopped", "error")
+    assert _leftover_workers() == []
+
+
+def test_a_hanging_rank_ends_the_run_as_a_timeout(tmp_path, tiny_dataset_dir, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("FINETUNE_BENCH_FAULT", "hang@1:two-ranks#0@rank1")
+    result = _launch(tmp_path, tiny_dataset_dir, tiny_model_dir, timeout_s=30)
+    assert result.status == "timeout", f"{result.reason}\n{result.error_tail}"
+    assert "no result within the 30 s timeout" in result.reason
+    assert _leftover_workers() == []

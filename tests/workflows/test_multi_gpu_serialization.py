@@ -1,0 +1,110 @@
+"""The cluster path of runs on several GPUs, as far as it can be checked without a cluster: each layout's train task
+serializes to what Flyte's PyTorch plugin runs (one node: an ordinary pod with its GPUs; several: a PyTorchJob with
+the right replicas and processes per node), and the benchmark's dynamic node maps each layout's runs over its
+own task."""
+
+import re
+from collections import OrderedDict
+
+import pytest
+from flytekit.configuration import ImageConfig, SerializationSettings
+from flytekit.core.context_manager import FlyteContextManager
+from flytekit.tools.translator import get_serializable
+from flytekit.types.directory import FlyteDirectory
+
+from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.sources.versions import SourceVersions
+from tasks.train import ELASTIC_TRAIN_TASKS, elastic_task_name, train_condition
+
+SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image())
+
+
+def _template(task):
+    return get_serializable(OrderedDict(), SETTINGS, task).template
+
+
+def test_every_layout_but_one_gpu_has_a_module_level_elastic_task():
+    import tasks.train
+
+    layouts = {(n, g) for n in NODE_COUNTS for g in GPUS_PER_NODE} - {(1, 1)}
+    assert set(ELASTIC_TRAIN_TASKS) == layouts
+    for (nodes, gpus), elastic in ELASTIC_TRAIN_TASKS.items():
+        # how the container finds it: by module and name
+        assert elastic.name == f"tasks.train.{elastic_task_name(nodes, gpus)}"
+        assert getattr(tasks.train, elastic_task_name(nodes, gpus)) is elastic
+
+
+def test_a_one_node_layout_is_an_ordinary_pod_with_its_gpus():
+    template = _template(ELASTIC_TRAIN_TASKS[1, 4])
+    assert template.type == "python-task"
+    requests = {r.name: r.value for r in template.container.resources.requests}
+    from flytekit.models.task import Resources
+
+    assert requests[Resources.ResourceName.GPU] == "4"
+    # one GPU's CPUs and memory times four (tasks.settings.train_resources)
+    one_gpu = {r.name: r.value for r in _template(train_condition).container.resources.requests}
+    assert int(requests[Resources.ResourceName.CPU]) == 4 * int(one_gpu[Resources.ResourceName.CPU])
+    assert template.metadata.pod_template_name is None or template.metadata.pod_template_name == ""
+    assert template.k8s_pod is None or not template.k8s_pod  # /dev/shm through shared_memory, not a pod template
+    assert template.shared_memory if hasattr(template, "shared_memory") else True
+
+
+@pytest.mark.parametrize(("nodes", "gpus"), [(2, 4), (4, 8), (2, 1)])
+def test_a_multi_node_layout_is_a_pytorchjob(nodes, gpus):
+    template = _template(ELASTIC_TRAIN_TASKS[nodes, gpus])
+    assert template.type == "pytorch"
+    custom = template.custom
+    assert custom["workerReplicas"]["replicas"] == nodes
+    elastic = custom["elasticConfig"]
+    assert elastic["nprocPerNode"] == gpus
+    assert (elastic["minReplicas"], elastic["maxReplicas"]) == (nodes, nodes)
+    assert elastic["rdzvBackend"] == "c10d"
+    requests = {r.name: r.value for r in template.container.resources.requests}
+    from flytekit.models.task import Resources
+
+    assert requests[Resources.ResourceName.GPU] == str(gpus)
+    assert "runPolicy" not in custom  # no restarts, no deadline: a failure is the run's result
+
+
+def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other():
+    from workflows.benchmark import run_benchmark
+
+    experiment = ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2], num_nodes=[1, 2])
+    planned = plan_runs(experiment, TrainingArgs(parallelism="ddp", backend="plain_loop"), 1)
+    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
+    with FlyteContextManager.with_context(ctx) as ctx:
+        spec = run_benchmark.compile_into_workflow(
+            ctx,
+            run_benchmark._task_function,
+            planned=planned,
+            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+            model_dir=FlyteDirectory("s3://bucket/model"),
+            concurrency=2,
+            min_success_ratio=0.5,
+            condition_timeout_s=60,
+            results_store="s3://bucket/results",
+            force_fresh=False,
+            sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
+        )
+    arrays = [node for node in spec.nodes if node.array_node is not None]
+    # a map task is named after the task it maps: tasks.train.map_<task>_<hash>-arraynode
+    names = {t.id.name: re.fullmatch(r"tasks\.train\.map_(\w+?)_[0-9a-f]{32}-arraynode", t.id.name) for t in spec.tasks}
+    mapped = [names[node.array_node.node.task_node.reference_id.name].group(1) for node in arrays]
+    assert mapped == ["train_condition", "train_condition_2x1gpu", "train_condition_1x2gpu", "train_condition_2x2gpu"]
+    types = {t.id.name: t.type for t in spec.tasks}
+    assert [types[node.array_node.node.task_node.reference_id.name] for node in arrays] == [
+        "python-task",
+        "pytorch",
+        "python-task",
+        "pytorch",
+    ]
+    for node in arrays:
+        idl = node.array_node.to_flyte_idl()
+        assert idl.parallelism == 2 and idl.min_success_ratio == pytest.approx(0.5)
+    # each layout waits for the one before it (the grid's concurrency holds over all of them)
+    for before, after in zip(arrays, arrays[1:], strict=False):
+        assert before.id in after.upstream_node_ids
+    (concatenate,) = [n for n in spec.nodes if n.task_node is not None]
+    assert concatenate.task_node.reference_id.name == "tasks.train.concatenate_outputs"
