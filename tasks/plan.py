@@ -16,11 +16,17 @@ from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_plan(
-    planned: list[PlannedRun], gpu_kind: str, gpu_memory_gib: float, gpu_hour_price: float, skip_predicted_oom: bool
+    planned: list[PlannedRun],
+    gpu_kind: str,
+    gpu_memory_gib: float,
+    gpu_hour_price: float,
+    skip_predicted_oom: bool,
+    accelerator: str = "",
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """The plan as the workflow's outputs: the plan table (one row per condition) in place of the results, no
     steps, the plan report (plan.html, also the Deck) and a directory with plan.html and plan.csv / .parquet."""
-    estimate = estimate_grid(planned, target_gpu(gpu_kind, gpu_memory_gib), gpu_hour_price, skip_predicted_oom)
+    target = target_gpu(gpu_kind, gpu_memory_gib, accelerator)
+    estimate = estimate_grid(planned, target, gpu_hour_price, skip_predicted_oom)
     print(plan_text(estimate), flush=True)
     table = plan_table(estimate)
     report_file, files, problems = publish(plan_report(estimate), "plan.html", {"plan": table}, {}, title="Plan")

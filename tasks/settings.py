@@ -2,7 +2,8 @@
 
 - FINETUNE_BENCH_TRAIN_GPU (default 1), FINETUNE_BENCH_TRAIN_CPU (8), FINETUNE_BENCH_TRAIN_MEM (64Gi)
 - FINETUNE_BENCH_TRAIN_ACCELERATOR: a GPU type such as `nvidia-tesla-a100`, `nvidia-h100`,
-  `nvidia-l4` (unset: any GPU the cluster gives)
+  `nvidia-l4` (unset: `nvidia-tesla-a100`; set empty: any GPU the cluster gives); an inputs file's
+  `accelerator` overrides it for the benchmark's train tasks
 - FINETUNE_BENCH_HF_TOKEN_SECRET: the key of a Flyte secret holding a Hugging Face token (for
   gated models such as Llama); unset: downloads are anonymous
 - WANDB_ENTITY: a W&B user or team. Set: the training task requests the Flyte secret
@@ -18,6 +19,8 @@ import os
 
 from flytekit import Resources, Secret
 from flytekit.extras.accelerators import GPUAccelerator
+
+from finetune_bench.prediction.grid import train_accelerator
 
 TRAIN_RESOURCES = Resources(
     cpu=os.environ.get("FINETUNE_BENCH_TRAIN_CPU", "8"),
@@ -42,7 +45,7 @@ def _times(quantity: str, factor: int) -> str:
     return f"{int(number) * factor}{quantity[len(number) :]}" if number.isdigit() else quantity
 
 
-_accelerator = os.environ.get("FINETUNE_BENCH_TRAIN_ACCELERATOR")
+_accelerator = train_accelerator()
 TRAIN_ACCELERATOR = GPUAccelerator(_accelerator) if _accelerator else None
 
 DOWNLOAD_RESOURCES = Resources(cpu="4", mem="32Gi")

@@ -19,6 +19,7 @@ from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
+from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.prediction.grid import (
     check_plan_settings,
     check_skip_has_target,
@@ -65,6 +66,7 @@ def plan_benchmark(
     gpu_memory_gib: float = 0.0,
     gpu_hour_price: float = 0.0,
     skip_predicted_oom: bool = False,
+    accelerator: str = "",
 ) -> list[PlannedRun]:
     """Validate the inputs (before anything is downloaded or trained) and list every run, each with its predicted
     peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched). Every
@@ -74,19 +76,27 @@ def plan_benchmark(
         lambda: plan_runs(experiment_args, training_args, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
-        lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom),
+        lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
     )
-    estimate = estimate_grid(planned, target_gpu(gpu_kind, gpu_memory_gib), gpu_hour_price, skip_predicted_oom)
+    target = target_gpu(gpu_kind, gpu_memory_gib, accelerator)
+    estimate = estimate_grid(planned, target, gpu_hour_price, skip_predicted_oom)
     logger.info("the plan:\n%s", plan_text(estimate))
     return with_predictions(planned, estimate, skip_predicted_oom)
 
 
 def check_prediction_settings(
-    gpu_kind: str, gpu_memory_gib: float, gpu_hour_price: float, skip_predicted_oom: bool
+    gpu_kind: str, gpu_memory_gib: float, gpu_hour_price: float, skip_predicted_oom: bool, accelerator: str = ""
 ) -> None:
-    """The target GPU and price inputs; a GPU's memory to compare with when sure OOMs are to be skipped."""
-    check_plan_settings(gpu_kind, gpu_memory_gib, gpu_hour_price)
-    check_skip_has_target(skip_predicted_oom, target_gpu(gpu_kind, gpu_memory_gib))
+    """The target GPU, accelerator and price inputs; a GPU's memory to compare with when sure OOMs are to be
+    skipped."""
+    problems = Problems()
+    with problems.check():
+        check_plan_settings(gpu_kind, gpu_memory_gib, gpu_hour_price)
+    with problems.check():
+        if accelerator:
+            accelerator_name(accelerator)
+    problems.raise_if_any()
+    check_skip_has_target(skip_predicted_oom, target_gpu(gpu_kind, gpu_memory_gib, accelerator))
 
 
 class InvalidInputs(click.ClickException):

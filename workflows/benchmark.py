@@ -8,11 +8,13 @@ from functools import partial
 
 import pandas as pd
 from flytekit import conditional, dynamic, map_task, workflow
+from flytekit.extras.accelerators import GPUAccelerator
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image
 from tasks.analysis import analyze_results, require_nothing_lost
@@ -39,10 +41,12 @@ def run_benchmark(
     condition_timeout_s: int,
     results_store: str,
     force_fresh: bool,
+    accelerator: str,
     sources: SourceVersions | None = None,
 ) -> list[TrainOutput | None]:
     """Fan the training out over every planned run: one map task per GPU layout (nodes × GPUs per node, each its
-    own train task), one layout after the other so that `concurrency` holds over the whole grid."""
+    own train task), one layout after the other so that `concurrency` holds over the whole grid; on `accelerator`
+    when one is named (else the train tasks' own)."""
     mapped = []
     for (num_nodes, num_gpus), runs in runs_by_layout(planned).items():
         train = partial(
@@ -55,6 +59,8 @@ def run_benchmark(
             force_fresh=force_fresh,
         )
         outputs = map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=runs)
+        if accelerator:
+            outputs = outputs.with_overrides(accelerator=GPUAccelerator(accelerator_name(accelerator)))
         if mapped:
             mapped[-1] >> outputs
         mapped.append(outputs)
@@ -71,6 +77,7 @@ def measure_grid(
     results_store: str,
     force_fresh: bool,
     alpha: float,
+    accelerator: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """Download the model and data, train every planned run, analyse and report."""
     dataset_dir, model_dir, sources = download_sources(training_args, after=planned)
@@ -85,6 +92,7 @@ def measure_grid(
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
         force_fresh=force_fresh,
+        accelerator=accelerator,
     )
     results, steps, report, files, problems = analyze_results(planned=planned, outputs=outputs, alpha=alpha)
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
@@ -108,6 +116,7 @@ def benchmarking_experiment(
     gpu_kind: str = "",
     gpu_memory_gib: float = 0.0,
     gpu_hour_price: float = 0.0,
+    accelerator: str = "",
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """Returns the results table (one row per condition × run), the per-step table, the HTML report, and a
     directory holding the three as files (report.html, results and steps as Parquet and CSV).
@@ -122,6 +131,11 @@ def benchmarking_experiment(
     outputs are the plan (predicted peak memory, fits or not, step time per condition; GPU-hours and, with
     `gpu_hour_price`, their cost). `skip_predicted_oom` records a sure out-of-memory as a `predicted_oom` result
     without launching it.
+
+    `accelerator`: the GPU the train tasks ask for on a cluster, a GPU kind (H100, H200, A100-80GB, ...) or a Flyte
+    accelerator name (nvidia-h100, ...); empty: the one they were registered with (FINETUNE_BENCH_TRAIN_ACCELERATOR,
+    default an A100). Also the GPU predicted for when `gpu_kind` is empty (else, FINETUNE_BENCH_TRAIN_ACCELERATOR when
+    set).
     """
     planned = plan_benchmark(
         experiment_args=experiment_args,
@@ -136,6 +150,7 @@ def benchmarking_experiment(
         gpu_memory_gib=gpu_memory_gib,
         gpu_hour_price=gpu_hour_price,
         skip_predicted_oom=skip_predicted_oom,
+        accelerator=accelerator,
     )
     results, steps, report, files = (
         conditional("dry_run")
@@ -147,6 +162,7 @@ def benchmarking_experiment(
                 gpu_memory_gib=gpu_memory_gib,
                 gpu_hour_price=gpu_hour_price,
                 skip_predicted_oom=skip_predicted_oom,
+                accelerator=accelerator,
             )
         )
         .else_()
@@ -160,6 +176,7 @@ def benchmarking_experiment(
                 results_store=results_store,
                 force_fresh=force_fresh,
                 alpha=alpha,
+                accelerator=accelerator,
             )
         )
     )

@@ -93,6 +93,7 @@ def measure_frontiers(
         condition_timeout_s=condition_timeout_s,
         results_store=results_store,
         force_fresh=force_fresh,
+        accelerator="",
     )
     frontiers, probe_table, throughput, report, problems = report_frontier(
         searches=searches, results=results, planned=planned, outputs=outputs

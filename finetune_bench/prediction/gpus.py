@@ -57,6 +57,17 @@ def gpu_kind(name: str, key: str = "gpu_kind") -> GpuKind:
     raise SpecError(f"{key}: no GPU kind {name!r}{closest(name, names)}; known: {names}")
 
 
+# The GPU the train tasks ask for on a cluster when neither FINETUNE_BENCH_TRAIN_ACCELERATOR (at registration) nor an
+# inputs file's `accelerator` names one: an A100, as in the Union benchmark this project reproduces.
+DEFAULT_ACCELERATOR = "nvidia-tesla-a100"
+
+
+def accelerator_name(name: str, key: str = "accelerator") -> str:
+    """Flyte's accelerator name for `name`, a GPU kind (H100, ...) or an accelerator name (nvidia-h100, ...)."""
+    kind = gpu_kind(name, key=key)
+    return name.lower() if name.lower() in kind.accelerators else kind.accelerators[0]
+
+
 def usable_bytes(memory_bytes: float) -> float:
     """What torch can reserve on a GPU of `memory_bytes`."""
     return memory_bytes - CUDA_CONTEXT_BYTES

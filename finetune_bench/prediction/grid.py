@@ -15,7 +15,7 @@ from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.flops import attention_flops_per_token
-from finetune_bench.prediction.gpus import GIB, gpu_kind, usable_bytes
+from finetune_bench.prediction.gpus import DEFAULT_ACCELERATOR, GIB, gpu_kind, usable_bytes
 from finetune_bench.prediction.memory import MemoryPrediction, predict_memory
 from finetune_bench.prediction.shapes import ModelShape, NoPrediction, model_config, model_shape
 
@@ -58,12 +58,22 @@ def check_plan_settings(gpu_kind_name: str, gpu_memory_gib: float, gpu_hour_pric
     problems.raise_if_any()
 
 
-def target_gpu(gpu_kind_name: str = "", gpu_memory_gib: float = 0.0) -> Target:
-    """The GPU named by `gpu_kind`, else by the train task's accelerator setting; `gpu_memory_gib` overrides its
-    memory (or gives it when no kind is named)."""
+def train_accelerator() -> str:
+    """The accelerator the train tasks are registered with: FINETUNE_BENCH_TRAIN_ACCELERATOR, else the default
+    (an A100); set empty, none (any GPU the cluster gives)."""
+    return os.environ.get(ACCELERATOR_ENV, DEFAULT_ACCELERATOR)
+
+
+def target_gpu(gpu_kind_name: str = "", gpu_memory_gib: float = 0.0, accelerator: str = "") -> Target:
+    """The GPU named by `gpu_kind`, else by the inputs' `accelerator`, else by FINETUNE_BENCH_TRAIN_ACCELERATOR when
+    it is set (not its cluster default: a local run's GPU is whatever the machine has); `gpu_memory_gib` overrides
+    its memory (or gives it when no kind is named)."""
     check_plan_settings(gpu_kind_name, gpu_memory_gib, 0.0)
-    name = gpu_kind_name or os.environ.get(ACCELERATOR_ENV, "")
-    kind = gpu_kind(name, key=ACCELERATOR_ENV if not gpu_kind_name else "gpu_kind") if name else None
+    name, key = next(
+        (pair for pair in ((gpu_kind_name, "gpu_kind"), (accelerator, "accelerator")) if pair[0]),
+        (os.environ.get(ACCELERATOR_ENV, ""), ACCELERATOR_ENV),
+    )
+    kind = gpu_kind(name, key=key) if name else None
     memory = gpu_memory_gib * GIB if gpu_memory_gib else (kind.memory_bytes if kind else None)
     return Target(
         name=kind.name if kind else ("" if not gpu_memory_gib else f"{gpu_memory_gib:g} GiB GPU"),

@@ -430,7 +430,8 @@ _REGISTERED = textwrap.dedent(
     settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
     ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
     inputs = dict(dataset_dir=FlyteDirectory("s3://b/d"), model_dir=FlyteDirectory("s3://b/m"), concurrency=2,
-                  min_success_ratio=0.5, condition_timeout_s=60, results_store="s3://b/r", force_fresh=False)
+                  min_success_ratio=0.5, condition_timeout_s=60, results_store="s3://b/r", force_fresh=False,
+                  accelerator="")
     with FlyteContextManager.with_context(ctx) as ctx:
         spec = run_benchmark.compile_into_workflow(ctx, run_benchmark._task_function, planned=planned, **inputs)
     task = get_serializable({}, settings, train_condition).template

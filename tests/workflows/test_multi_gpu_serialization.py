@@ -68,14 +68,15 @@ def test_a_multi_node_layout_is_a_pytorchjob(nodes, gpus):
     assert "runPolicy" not in custom  # no restarts, no deadline: a failure is the run's result
 
 
-def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other():
+def _compile_dynamic(experiment: ExperimentArgs, accelerator: str = ""):
     from workflows.benchmark import run_benchmark
 
-    experiment = ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2], num_nodes=[1, 2])
     planned = plan_runs(experiment, TrainingArgs(parallelism="ddp", backend="plain_loop"), 1)
+    # flytekit compiles a dynamic's body once per process (a pod runs one): a test compiling several grids resets it
+    run_benchmark._wf = None
     ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
     with FlyteContextManager.with_context(ctx) as ctx:
-        spec = run_benchmark.compile_into_workflow(
+        return run_benchmark.compile_into_workflow(
             ctx,
             run_benchmark._task_function,
             planned=planned,
@@ -87,7 +88,12 @@ def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other
             results_store="s3://bucket/results",
             force_fresh=False,
             sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
+            accelerator=accelerator,
         )
+
+
+def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other():
+    spec = _compile_dynamic(ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2], num_nodes=[1, 2]))
     arrays = [node for node in spec.nodes if node.array_node is not None]
     # a map task is named after the task it maps: tasks.train.map_<task>_<hash>-arraynode
     names = {t.id.name: re.fullmatch(r"tasks\.train\.map_(\w+?)_[0-9a-f]{32}-arraynode", t.id.name) for t in spec.tasks}
@@ -103,8 +109,22 @@ def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other
     for node in arrays:
         idl = node.array_node.to_flyte_idl()
         assert idl.parallelism == 2 and idl.min_success_ratio == pytest.approx(0.5)
+        assert node.array_node.node.task_node.overrides.extended_resources is None  # none named: the tasks' own
     # each layout waits for the one before it (the grid's concurrency holds over all of them)
     for before, after in zip(arrays, arrays[1:], strict=False):
         assert before.id in after.upstream_node_ids
     (concatenate,) = [n for n in spec.nodes if n.task_node is not None]
     assert concatenate.task_node.reference_id.name == "tasks.train.concatenate_outputs"
+    # the tasks' own accelerator: the default A100, and /dev/shm for the ranks' data loaders
+    accelerators = {t.id.name: t.extended_resources.gpu_accelerator.device for t in spec.tasks if t.extended_resources}
+    assert set(accelerators.values()) == {"nvidia-tesla-a100"}
+    multi = [t for t in spec.tasks if "gpu_" in t.id.name]
+    assert multi and all(t.extended_resources.shared_memory.mount_path == "/dev/shm" for t in multi)
+
+
+def test_an_inputs_file_s_accelerator_overrides_every_layout_s_train_tasks():
+    spec = _compile_dynamic(ExperimentArgs(num_gpus=[1, 2]), accelerator="H100")
+    arrays = [node for node in spec.nodes if node.array_node is not None]
+    assert len(arrays) == 2
+    devices = [n.array_node.node.task_node.overrides.extended_resources.gpu_accelerator.device for n in arrays]
+    assert devices == ["nvidia-h100", "nvidia-h100"]

@@ -197,6 +197,7 @@ def test_dynamic_body_compiles_to_a_map_over_every_run():
     from workflows.benchmark import run_benchmark
 
     planned = plan_runs(smoke_experiment(), TrainingArgs(), 2)
+    run_benchmark._wf = None  # flytekit compiles a dynamic's body once per process: this test's grid, not another's
     settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
     ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
     with FlyteContextManager.with_context(ctx) as ctx:
@@ -211,6 +212,7 @@ def test_dynamic_body_compiles_to_a_map_over_every_run():
             condition_timeout_s=60,
             results_store="s3://bucket/results",
             force_fresh=False,
+            accelerator="",
             sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
         )
     (node,) = spec.nodes
