@@ -28,6 +28,7 @@ from finetune_bench.prediction.grid import (
     with_predictions,
 )
 from finetune_bench.reporting.plan_report import plan_text
+from finetune_bench.results.record import RunResult
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_or_reuse
 from finetune_bench.running.ranks import run_on_ranks
@@ -164,17 +165,27 @@ def train_condition(
         work_dir=work_dir,
         timeout_s=condition_timeout_s,
         force_fresh=force_fresh,
-        sources={"dataset": sources.dataset, "model": sources.model} if sources else {},
+        sources=source_versions(sources),
     )
+    return logged_output(result)
+
+
+add_wandb_link_to_map_tasks(train_condition)
+
+
+def source_versions(sources: SourceVersions | None) -> dict[str, str]:
+    """The dataset's and the model's versions, part of a stored run's key."""
+    return {"dataset": sources.dataset, "model": sources.model} if sources else {}
+
+
+def logged_output(result: RunResult) -> TrainOutput:
+    """The train task's output of a run, once the run is logged to W&B: the record, its steps and its profile."""
     log_to_wandb(result)
     return TrainOutput(
         result=result,
         steps=FlyteFile(result.steps_file) if result.steps_file else None,
         profile=FlyteDirectory(result.profile_dir) if result.profile_dir else None,
     )
-
-
-add_wandb_link_to_map_tasks(train_condition)
 
 
 def train_ranks_of_condition(
@@ -196,16 +207,9 @@ def train_ranks_of_condition(
         work_dir=work_dir,
         timeout_s=condition_timeout_s,
         force_fresh=force_fresh,
-        sources={"dataset": sources.dataset, "model": sources.model} if sources else {},
+        sources=source_versions(sources),
     )
-    if result is None:
-        return None
-    log_to_wandb(result)
-    return TrainOutput(
-        result=result,
-        steps=FlyteFile(result.steps_file) if result.steps_file else None,
-        profile=FlyteDirectory(result.profile_dir) if result.profile_dir else None,
-    )
+    return logged_output(result) if result is not None else None
 
 
 def elastic_task_name(num_nodes: int, num_gpus: int) -> str:

@@ -26,3 +26,70 @@ def test_a_clean_grid_has_no_problems():
     results = [RunResult(r.condition_id, r.run_number, r.swept_axes, r.training_args, "ok") for r in planned]
     analysis = analyze_grid(planned, results, {})
     assert analysis.problems == [] and "Not everything was kept" not in grid_report(analysis).sections["Summary"]
+
+
+def _multi_gpu_grid(one_gpu_tps: dict[str, float], two_gpu_tps: dict[str, float]):
+    """liger and baseline on 1 and 2 GPUs (DDP), one run each, with the given tokens/s per arm."""
+    from finetune_bench.results.record import RankSummary
+
+    planned = plan_runs(
+        ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2]),
+        TrainingArgs(parallelism="ddp", backend="plain_loop", per_device_train_batch_size=2),
+        1,
+    )
+    results = []
+    for run in planned:
+        arm, gpus = run.training_args.arm, run.training_args.num_gpus
+        tps = (one_gpu_tps if gpus == 1 else two_gpu_tps)[arm]
+        metrics = {"tokens_per_second": tps, "peak_reserved_bytes": 10 * 2**30}
+        ranks = []
+        if gpus == 2:
+            metrics.update(tokens_per_second_per_gpu=tps / 2, peak_reserved_bytes_spread=2**30)
+            ranks = [
+                RankSummary(r, 0, r, "h", "ok", tokens_per_second=tps / 2, peak_reserved_bytes=10 * 2**30)
+                for r in (0, 1)
+            ]
+        results.append(
+            RunResult(
+                run.condition_id, run.run_number, run.swept_axes, run.training_args, "ok", metrics=metrics, ranks=ranks
+            )
+        )
+    return planned, results
+
+
+def test_scaling_sets_each_multi_gpu_condition_against_the_same_settings_on_one_gpu():
+    planned, results = _multi_gpu_grid({"liger": 100.0, "baseline": 80.0}, {"liger": 190.0, "baseline": 120.0})
+    analysis = analyze_grid(planned, results, {})
+    table = analysis.table.set_index("condition_id")
+    assert table.loc["arm=liger,num_gpus=2", "world_size"] == 2
+    assert table.loc["arm=liger,num_gpus=2", "global_batch_size"] == 4
+    assert table.loc["arm=liger,num_gpus=1", "tokens_per_second_per_gpu"] == 100.0  # one GPU: its own tokens/s
+    scaling = analysis.scaling.set_index(["arm", "num_gpus"])
+    assert scaling.loc[("liger", 2), "scaling_efficiency"] == 190.0 / (2 * 100.0)
+    assert scaling.loc[("baseline", 2), "scaling_efficiency"] == 120.0 / (2 * 80.0)  # each arm against its own
+    assert scaling.loc[("liger", 1), "scaling_efficiency"] == 1.0
+    assert scaling.loc[("liger", 2), "peak_reserved_spread_gib"] == 1.0
+    assert list(analysis.ranks["rank"]) == [0, 1, 0, 1]
+    report = grid_report(analysis).sections
+    assert "Scaling" in report and "scaling_efficiency" in report["Scaling"]
+    assert "on 1–2 GPUs" in report["Summary"]
+
+
+def test_one_gpu_grids_have_no_scaling_view_and_say_one_gpu():
+    planned = plan_runs(ExperimentArgs(arm=["liger", "baseline"]), TrainingArgs(), 1)
+    results = [
+        RunResult(r.condition_id, r.run_number, r.swept_axes, r.training_args, "ok", metrics={"tokens_per_second": 9.0})
+        for r in planned
+    ]
+    analysis = analyze_grid(planned, results, {})
+    assert analysis.scaling.empty and analysis.ranks.empty
+    report = grid_report(analysis).sections
+    assert "Scaling" not in report and "over 1 condition(s) on 1 GPU." in report["Summary"]
+
+
+def test_a_multi_gpu_condition_without_its_one_gpu_twin_has_no_efficiency():
+    planned, results = _multi_gpu_grid({"liger": 100.0, "baseline": 80.0}, {"liger": 190.0, "baseline": 120.0})
+    keep = [i for i, r in enumerate(planned) if r.training_args.num_gpus == 2]
+    analysis = analyze_grid([planned[i] for i in keep], [results[i] for i in keep], {})
+    assert analysis.scaling["scaling_efficiency"].isna().all()
+    assert list(analysis.scaling["tokens_per_second"]) == [190.0, 120.0]

@@ -422,7 +422,7 @@ _REGISTERED = textwrap.dedent(
     from flytekit.types.directory import FlyteDirectory
     from finetune_bench.inputs.plan import PlannedRun
     from finetune_bench.inputs.settings import TrainingArgs
-    from tasks.train import train_condition
+    from tasks.train import ELASTIC_TRAIN_TASKS, train_condition
     from tasks.wandb_runs import wandb_link_config
     from workflows.benchmark import run_benchmark
 
@@ -435,6 +435,7 @@ _REGISTERED = textwrap.dedent(
     with FlyteContextManager.with_context(ctx) as ctx:
         spec = run_benchmark.compile_into_workflow(ctx, run_benchmark._task_function, planned=planned, **inputs)
     task = get_serializable({}, settings, train_condition).template
+    elastic = get_serializable({}, settings, ELASTIC_TRAIN_TASKS[2, 4]).template
     (mapped,) = spec.tasks
     # And the decorated task still runs locally, offline, leaving no run open.
     output = train_condition(planned_run=planned[0], dataset_dir=FlyteDirectory("."), model_dir=FlyteDirectory("."),
@@ -446,6 +447,8 @@ _REGISTERED = textwrap.dedent(
         link_config=wandb_link_config(),
         task_config=task.config, map_config=mapped.config,
         task_secrets=[s.key for s in task.security_context.secrets],
+        elastic_name=elastic.id.name, elastic_config=elastic.config,
+        elastic_secrets=[s.key for s in elastic.security_context.secrets], elastic_env=elastic.container.env,
         map_secrets=[s.key for s in mapped.security_context.secrets],
         task_env=task.container.env, map_env=mapped.container.env,
         status=output.result.status, open_run=wandb.run is not None,
@@ -488,6 +491,10 @@ def test_with_an_entity_every_map_item_requests_the_secret_and_links_to_its_run(
     assert seen["task_config"] == seen["map_config"] == link
     assert seen["task_secrets"] == seen["map_secrets"] == ["wandb_api_key"]
     assert seen["task_env"] == seen["map_env"] == {"WANDB_ENTITY": "my-team", "WANDB_PROJECT": "liger-bench"}
+    # the train tasks of runs on several GPUs (a PyTorchJob here) likewise, under their module-level names
+    assert seen["elastic_name"] == "tasks.train.train_condition_2x4gpu"
+    assert seen["elastic_secrets"] == ["wandb_api_key"] and seen["elastic_env"] == seen["task_env"]
+    assert seen["elastic_config"] == link
     assert (seen["status"], seen["open_run"]) == ("error", False)
     assert WANDB_KEY not in completed.stdout + completed.stderr
     (run,) = offline_runs(tmp_path / "wandb-dir").values()

@@ -188,6 +188,35 @@ def test_package_serializes_every_workflow_without_docker(tmp_path, monkeypatch)
     assert out.stat().st_size > 0
 
 
+def test_no_path_of_the_registering_machine_reaches_a_pod(tmp_path, monkeypatch):
+    """What is registered holds no local path: not the export or cache directory, not the flytectl config, not the
+    project's checkout; a pod finds its own (the results store and cache default inside the pod)."""
+    import tarfile
+
+    from flytekit.clis.sdk_in_container import pyflyte
+
+    local = {
+        "FINETUNE_BENCH_EXPORT_DIR": str(tmp_path / "my-export-dir"),
+        "FINETUNE_BENCH_CACHE_DIR": str(tmp_path / "my-cache-dir"),
+        "FLYTECTL_CONFIG": str(PROJECT_ROOT / "flyte-local.yaml"),
+    }
+    for name, value in local.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(PROJECT_ROOT)
+    out = tmp_path / "package.tgz"
+    with mock.patch("flytekit.image_spec.image_spec.ImageBuildEngine.build"):
+        result = CliRunner().invoke(
+            pyflyte.main,
+            ["--pkgs", "workflows", "package", "--image", "ghcr.io/example/finetune-bench:test", "-f", "-o", str(out)],
+        )
+    assert result.exit_code == 0, result.output
+    with tarfile.open(out) as archive:
+        registered = b"".join(archive.extractfile(m).read() for m in archive.getmembers() if m.isfile())
+    assert b"train_condition_2x8gpu" in registered  # the archive holds the tasks' specs
+    for forbidden in (*local.values(), str(PROJECT_ROOT), str(tmp_path)):
+        assert forbidden.encode() not in registered, forbidden
+
+
 def test_dynamic_body_compiles_to_a_map_over_every_run():
     from flytekit.configuration import ImageConfig, SerializationSettings
     from flytekit.core.context_manager import FlyteContextManager

@@ -11,7 +11,6 @@ is asked to (`skip_logits=True`): it is asked, so the liger arm measures the los
 Model FLOPs are the forward pass's (`flops.model_flops_per_token(training=False)`: 2 * N + 4 * L * H * S).
 """
 
-import itertools
 from pathlib import Path
 
 import torch
@@ -21,7 +20,12 @@ from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
-from finetune_bench.running.backends.plain_loop import LossFunction, load_for_criterion, loss_function
+from finetune_bench.running.backends.plain_loop import (
+    LossFunction,
+    load_for_criterion,
+    loss_function,
+    training_batches,
+)
 from finetune_bench.sources.datasets import load_prompt_completion
 
 
@@ -56,19 +60,11 @@ def train(
     model.eval()
 
     data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
-    # The plain loop's loader: the same batches in the same order for the same seed.
-    generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(
-        data,
-        batch_size=args.per_device_train_batch_size,
-        shuffle=True,
-        generator=generator,
-        drop_last=True,
-        collate_fn=lambda rows: collate(rows, tokenizer.pad_token_id),
-        pin_memory=device.type == "cuda",
-    )
     require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
-    batches = itertools.chain.from_iterable(itertools.repeat(loader))
+    # The plain loop's batches: the same ones in the same order for the same seed.
+    batches = training_batches(
+        data, args, lambda rows: collate(rows, tokenizer.pad_token_id), pin_memory=device.type == "cuda"
+    )
 
     def forward_step(record: bool) -> torch.Tensor:
         """The forward passes of one step's micro-batches; their mean loss. `record`: a timed step."""

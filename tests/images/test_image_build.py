@@ -1,0 +1,78 @@
+"""What the image builder would build, rendered without Docker: flytekit's default builder writes its build context
+(the Dockerfile and the requirements it installs), and every third-party module the tasks import is installed."""
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from flytekit.image_spec.default_builder import create_docker_context
+
+from images import analysis_image, training_image
+from images.images import LOCK_FILE, PROJECT_ROOT
+
+# What runs in a pod: the package, the tasks and the workflows (scripts/ and tests/ never do).
+POD_CODE = ("finetune_bench", "tasks", "workflows", "images")
+
+
+@pytest.fixture(scope="module")
+def training_context(tmp_path_factory) -> Path:
+    context = tmp_path_factory.mktemp("training-image")
+    create_docker_context(training_image, context)
+    return context
+
+
+def _requirements(context: Path) -> dict[str, str]:
+    text = next(context.glob("requirements*.txt")).read_text()
+    return {m.group(1).lower(): m.group(2) for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==(\S+)$", text, flags=re.M)}
+
+
+def test_the_training_image_installs_the_locked_cuda_torch_and_the_elastic_plugin(training_context):
+    requirements = _requirements(training_context)
+    locked = re.search(r"^torch==(\S+)$", LOCK_FILE.read_text(), flags=re.M).group(1)
+    # PyPI's Linux wheel of the pinned torch: a CUDA build (its nvidia-* runtime wheels come as its dependencies),
+    # the same version the tests run; no CPU-only index, no local build label
+    assert requirements["torch"] == locked and "+" not in locked
+    dockerfile = (training_context / "Dockerfile").read_text()
+    assert "download.pytorch.org/whl/cpu" not in dockerfile and "--no-deps -r" not in dockerfile
+    for name in ("triton", "transformers", "trl", "liger-kernel", "flytekitplugins-kfpytorch", "kubernetes"):
+        assert name in requirements, name
+    # the project itself, from the copied source
+    assert "uv pip install --no-deps /root" in dockerfile
+    assert "python=3.11" in dockerfile
+
+
+def _third_party_imports() -> set[str]:
+    """Top-level modules imported anywhere in the code that runs in a pod, other than its own and the stdlib's."""
+    own = {"finetune_bench", "tasks", "workflows", "images", "tests"}
+    modules = set()
+    for folder in POD_CODE:
+        for path in (PROJECT_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules.add(node.module.split(".")[0])
+    return {m for m in modules if m not in own and m not in sys.stdlib_module_names}
+
+
+def test_every_module_the_pods_import_is_in_the_training_image(training_context):
+    requirements = set(_requirements(training_context))
+    distributions = importlib.metadata.packages_distributions()
+    # installed only with the optional `switchback` extra (its arm says so when it is missing)
+    optional = {"bitsandbytes"}
+    missing = {}
+    for module in sorted(_third_party_imports() - optional):
+        names = {d.lower().replace("_", "-") for d in distributions.get(module, [])}
+        if not names & {r.replace("_", "-") for r in requirements}:
+            missing[module] = sorted(names) or "not installed here"
+    assert not missing, f"imported in pod code but not installed by the training image: {missing}"
+
+
+def test_the_analysis_image_renders_without_the_gpu_stack(tmp_path):
+    create_docker_context(analysis_image, tmp_path)
+    requirements = _requirements(tmp_path)
+    assert "torch" not in requirements and "liger-kernel" not in requirements
+    assert {"pandas", "seaborn", "flytekit"} <= set(requirements)
