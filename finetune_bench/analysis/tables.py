@@ -65,8 +65,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         for key, (column, scale) in _METRIC_COLUMNS.items():
             if key in result.metrics:
                 row[column] = result.metrics[key] / scale
-        if "tokens_per_second" in result.metrics and "tokens_per_second_per_gpu" not in result.metrics:
-            row["tokens_per_second_per_gpu"] = result.metrics["tokens_per_second"] / run.training_args.world_size
+        if "tokens_per_second" in result.metrics and run.training_args.world_size == 1:
+            row["tokens_per_second_per_gpu"] = result.metrics["tokens_per_second"]  # one GPU: all of it
         predicted = result.predicted_peak_reserved_bytes
         row["predicted_peak_reserved_gib"] = predicted / GIB if predicted is not None else float("nan")
         row.update(

@@ -89,13 +89,16 @@ def profile_steps(step: Callable[[], object], steps: int, device: "torch.device"
 
 
 def profile_after_training(
-    step: Callable[[], object], steps: int, device: "torch.device", out_dir: Path
+    step: Callable[[], object], steps: int, device: "torch.device", out_dir: Path, alone: bool = True
 ) -> dict[str, str]:
     """`profile_steps`, whose failure (out of memory with the allocator's history recorded, say) is kept as the
-    run's `profile_error` detail instead of ending the run: its timed steps are measured and stand."""
+    run's `profile_error` detail instead of ending the run: its timed steps are measured and stand. Not `alone`
+    (one rank of a run on several GPUs, whose peers take the same steps) a failure ends the run."""
     try:
         profile_steps(step, steps, device, out_dir)
     except Exception as exc:
+        if not alone:
+            raise
         first_line = (str(exc).strip().splitlines() or [""])[0]
         logger.warning("the profile failed: %s: %s", type(exc).__name__, first_line)
         return {"profile_error": f"{type(exc).__name__}: {first_line}"}

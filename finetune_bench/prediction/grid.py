@@ -158,8 +158,8 @@ def predict_condition(
             memory = predict_memory(args, shape, sequences_full(args))
         except NoPrediction as reason:
             unpredicted = str(reason)
-        if args.device != "cpu":
-            flops = flops_per_token(args, shape)
+    if shape is not None and args.device != "cpu":
+        flops = flops_per_token(args, shape)
     verdict = UNKNOWN
     if memory is not None and target.memory_bytes:
         usable, peak = usable_bytes(target.memory_bytes), memory.peak_reserved_bytes

@@ -406,7 +406,8 @@ def _scaling_figure(scaling: pd.DataFrame, swept: list[str]) -> plt.Figure | Non
     data = _with_arm(scaling).dropna(subset=["tokens_per_second"])
     if data.empty:
         return None
-    others = [a for a in swept if a not in ("arm", "num_gpus", "num_nodes", "parallelism")]
+    # every other swept setting, the layout's parallelism and node count included, is a line of its own
+    others = [a for a in swept if a not in ("arm", "num_gpus")]
     data = data.assign(setting=data[others].astype(str).agg(", ".join, axis=1) if others else "")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sns.lineplot(

@@ -12,10 +12,11 @@ import torch
 import torch.distributed as dist
 
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.running.launch import COLLECTIVE_TIMEOUT_ENV
 
-# A collective that waits longer than this raises instead of hanging (the supervisor's timeout ends the run
-# first when it is shorter).
-COLLECTIVE_TIMEOUT_S = 1800
+# How long a collective may wait before it raises: set by the rank's supervisor (`launch.COLLECTIVE_TIMEOUT_ENV`)
+# longer than the condition's timeout, so that a rank that hangs ends the run as a timeout of its own (its
+# supervisor's), not as its peers' collective errors.
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -36,7 +37,7 @@ def start_process_group(device: torch.device) -> None:
     cuda = device.type == "cuda"
     dist.init_process_group(
         backend="nccl" if cuda else "gloo",
-        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        timeout=timedelta(seconds=float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800))),
         device_id=device if cuda else None,
     )
 
@@ -62,7 +63,11 @@ class TrainingModule(torch.nn.Module):
     def forward(self, batch: dict[str, torch.Tensor] | None = None, **model_kwargs: object) -> object:
         if batch is not None:
             return self.compute_loss(self.model, batch)
-        return self.model(**model_kwargs)
+        from finetune_bench.running.backends.evaluation import eager_forward
+
+        # a compiled model is evaluated through its eager forward, as on one GPU (inside this module's call: FSDP's
+        # root hooks gather what the forward needs)
+        return eager_forward(self.model)(**model_kwargs)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

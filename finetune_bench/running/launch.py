@@ -45,6 +45,10 @@ SECRET_ENV_PREFIX = "_FSEC_"
 CHILD_WITHHELD_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _KILL_GRACE_S = 10
+# How much longer than the condition's timeout a rank's collectives wait before they raise.
+_COLLECTIVE_MARGIN_S = 300
+# Read by `running.distributed` in a rank's child (kept here: importing that module needs torch).
+COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
 
 
 def _needs_triton_interpreter(run: PlannedRun) -> bool:
@@ -143,7 +147,10 @@ def run_child(
         "--out",
         str(work_dir),
     ]
-    ending = run_isolated(command, work_dir, child_env(run, rank), timeout_s, stop_when, poll_s)
+    env = child_env(run, rank)
+    if rank is not None:  # a hung peer: the supervisors' timeouts end the run before any collective gives up
+        env[COLLECTIVE_TIMEOUT_ENV] = f"{timeout_s + _COLLECTIVE_MARGIN_S:.0f}"
+    ending = run_isolated(command, work_dir, env, timeout_s, stop_when, poll_s)
     result = _classify(run, work_dir, ending, timeout_s)
     result.wall_time_s = ending.wall_time_s
     return result

@@ -31,7 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.results.record import NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
+from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.launch import not_launched, run_child, save_result, stored_result
@@ -85,13 +85,28 @@ def launch_store(timeout_s: float) -> "torch.distributed.Store":  # noqa: F821
     return dist.PrefixStore(_PREFIX, store)
 
 
-def _wait(store: "torch.distributed.Store", key: str) -> str:  # noqa: F821
-    """The value of `key` once some rank has set it, however long that takes (another grid may hold the device)."""
+class RanksStopped(Exception):
+    """The ranks could not start training together: a rank failed before it (or waited too long for its peers)."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _wait(store: "torch.distributed.Store", key: str, deadline: float) -> str:  # noqa: F821
+    """The value of `key` once some rank has set it. Raises RanksStopped when a rank said it cannot go on (the
+    `abort` key), or when the monotonic clock passes `deadline` (a peer gone without a word)."""
     while True:
-        try:
-            store.wait([key], timedelta(seconds=60))
+        if store.check([key]):
             return store.get(key).decode()
-        except RuntimeError as exc:  # the store's wait timed out (DistStoreError subclasses RuntimeError)
+        if store.check(["abort"]):
+            raise RanksStopped(**json.loads(store.get("abort").decode()))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RanksStopped(TIMEOUT, f"waited longer than the run's timeout for its peers ({key} never came)")
+        try:
+            store.wait([key], timedelta(seconds=min(remaining, POLL_S * 5)))
+        except RuntimeError as exc:  # the wait timed out (DistStoreError subclasses RuntimeError): look again
             if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
                 raise
 
@@ -135,29 +150,34 @@ def run_on_ranks(
         return not_launched(run) if place.rank == 0 else None
     store = launch_store(timeout_s + _SUMMARY_GRACE_S)
     hardware = hardware_fingerprint()
+    identity = run_identity(run, hardware, sources or {})
+    key = identity_key(identity)
+    name = f"{run.condition_id} run {run.run_number}"
+    # A peer that has not come by then (its node could not start, or died) stops the run as a timeout.
+    deadline = time.monotonic() + timeout_s
     with contextlib.ExitStack() as held:
-        if place.local_rank == 0:
-            waited_s = held.enter_context(device_lock(hardware))
-            dataset_dir, model_dir = fetch_sources()
-            store.set(f"sources/{place.node_rank}", json.dumps([str(dataset_dir), str(model_dir), waited_s]))
-        dataset_dir, model_dir, waited_s = json.loads(_wait(store, f"sources/{place.node_rank}"))
-        identity = run_identity(run, hardware, sources or {})
-        key = identity_key(identity)
-        name = f"{run.condition_id} run {run.run_number}"
-        problems, notes = [], {}
-        if place.rank == 0:
-            for node in range(place.world_size // place.local_world_size):
-                _wait(store, f"sources/{node}")
-            stored = None
-            if not force_fresh:
-                stored, problems, notes = stored_result(results_store, key, work_dir, name, run)
-            store.set("decision", "reuse" if stored is not None else "train")
-            if stored is not None:
-                logger.info("%s: reused the stored result %s", name, key)
-                stored.reused = True
-                return stored
-        elif _wait(store, "decision") == "reuse":
-            return None
+        try:
+            if place.local_rank == 0:
+                waited_s = held.enter_context(device_lock(hardware))
+                dataset_dir, model_dir = fetch_sources()
+                store.set(f"sources/{place.node_rank}", json.dumps([str(dataset_dir), str(model_dir), waited_s]))
+            dataset_dir, model_dir, waited_s = json.loads(_wait(store, f"sources/{place.node_rank}", deadline))
+            problems, notes = [], {}
+            if place.rank == 0:
+                for node in range(place.world_size // place.local_world_size):
+                    _wait(store, f"sources/{node}", deadline)
+                stored = None
+                if not force_fresh:
+                    stored, problems, notes = stored_result(results_store, key, work_dir, name, run)
+                store.set("decision", "reuse" if stored is not None else "train")
+                if stored is not None:
+                    logger.info("%s: reused the stored result %s", name, key)
+                    stored.reused = True
+                    return stored
+            elif _wait(store, "decision", deadline) == "reuse":
+                return None
+        except Exception as exc:  # before any training: every rank stops, rank 0 says why
+            return _stopped_before_training(run, place, store, exc)
         report, result = _train_rank(run, place, store, Path(dataset_dir), Path(model_dir), work_dir, timeout_s)
         store.set(f"report/{place.rank}", report.to_json())
         if place.rank != 0:
@@ -170,6 +190,37 @@ def run_on_ranks(
         merged.problems.extend(save_result(results_store, key, merged, identity, name))
         merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
         return merged
+
+
+def _stopped_before_training(
+    run: PlannedRun,
+    place: RankPlace,
+    store: "torch.distributed.Store",  # noqa: F821
+    exc: Exception,
+) -> RunResult | None:
+    """Tell the other ranks that this one cannot go on (unless one already did), and on rank 0 end the run with
+    the first reason given: an error, or a timeout waiting for peers."""
+    if isinstance(exc, RanksStopped):
+        status, reason = exc.status, exc.reason
+    else:
+        status, reason = ERROR, f"{place} could not start: {type(exc).__name__}: {_first_line(exc)}"
+        logger.error("%s", reason)
+    try:
+        store.compare_set("abort", "", json.dumps({"status": status, "reason": reason}))
+        first = json.loads(store.get("abort").decode())
+        status, reason = first["status"], first["reason"]
+    except Exception as store_gone:  # the launch's store is gone with its node: this rank's reason stands
+        logger.error("%s: the launch's store is unreachable (%s)", place, store_gone)
+    if place.rank != 0:
+        return None
+    result = not_launched(run)
+    result.status, result.reason = status, reason
+    return result
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _train_rank(
@@ -230,6 +281,24 @@ _SUMMED_TOTALS = {
     "measured_tokens": "tokens_per_second",
     "measured_padded_tokens": "padded_tokens_per_second",
 }
+# What rank 0 measured of itself alone: not the run's figures on several GPUs (`combined_metrics` gives the run's
+# throughput when every rank measured its steps; step times, losses and the model FLOPs per token stay rank 0's,
+# the ranks stepping together).
+_RANK_ONLY_METRICS = (
+    "tokens_per_second",
+    "padded_tokens_per_second",
+    "padding_fraction",
+    "tokens_per_second_median_step",
+    "achieved_tflops",
+    "mfu",
+    "measured_time_s",
+    "measured_tokens",
+    "measured_padded_tokens",
+    "measured_model_flops",
+    "nvml_process_peak_bytes",
+    "nvml_device_used_peak_bytes",
+    "process_peak_rss_bytes",
+)
 # Memory peaks, per rank: the run's is the largest rank's, and the spread says how uneven the ranks were.
 _PER_RANK_PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes")
 
@@ -252,6 +321,8 @@ def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None)
         merged.status = summary.status if summary.status != STOPPED else "error"
         merged.reason = f"rank {summary.rank} (node {summary.node_rank}, GPU {summary.local_rank}): {summary.reason}"
         merged.error_tail = culprit.error_tail or rank0.error_tail
+    for name in _RANK_ONLY_METRICS:  # one rank's view: the combined figures (or none) stand for the run
+        merged.metrics.pop(name, None)
     merged.metrics.update(combined_metrics(reports, rank0.environment.get("gpu_name", "")))
     return merged
 
@@ -301,6 +372,9 @@ def combined_metrics(reports: list[RankReport], gpu_name: str) -> dict[str, floa
         for total, rate in _SUMMED_TOTALS.items():
             if all(total in t for t in totals):
                 out[rate] = sum(t[total] for t in totals) / slowest_s
+        if all("measured_padded_tokens" in t and "measured_tokens" in t for t in totals):
+            padded = sum(t["measured_padded_tokens"] for t in totals)
+            out["padding_fraction"] = 1 - sum(t["measured_tokens"] for t in totals) / padded if padded else 0.0
         if "tokens_per_second" in out:
             out["tokens_per_second_per_gpu"] = out["tokens_per_second"] / len(reports)
         if all("measured_model_flops" in t for t in totals):

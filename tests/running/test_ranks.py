@@ -3,6 +3,8 @@ launcher (the plain loop's DDP and FSDP2, the Trainer's DDP), a rank that fails,
 0 makes the run's result of its ranks' reports."""
 
 import dataclasses
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,63 @@ def test_the_first_failing_rank_names_the_run_s_status_and_reason():
     assert merged.reason == "rank 1 (node 0, GPU 1): out of memory at step 3"
     assert merged.error_tail == "tail of rank 1"
     assert [r.status for r in merged.ranks] == ["stopped", "oom"]
+
+
+@pytest.fixture
+def rank_of_two(monkeypatch):
+    """A launch's store (as the elastic agent hosts it) and this process made a rank of a 2-rank launch."""
+    import torch.distributed as dist
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    for name, value in (("GROUP_RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+
+    def become(rank: int):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        return dist.PrefixStore("finetune_bench/", server)
+
+    return become
+
+
+def _two_rank_run(tmp_path):
+    from finetune_bench.results.store import ResultStore
+
+    args = dataclasses.replace(TrainingArgs(), num_gpus=2, parallelism="ddp", backend="plain_loop", device="cpu")
+    run = PlannedRun(condition_id="two-ranks", run_number=0, training_args=args, swept_axes=[])
+    return run, ResultStore(str(tmp_path / "store"))
+
+
+def test_a_rank_that_cannot_start_stops_the_others_and_rank_0_says_why(rank_of_two, tmp_path):
+    from finetune_bench.running.ranks import run_on_ranks
+
+    run, store = _two_rank_run(tmp_path)
+    launch = rank_of_two(0)
+
+    def no_model():
+        raise FileNotFoundError("the model directory is gone")
+
+    result = run_on_ranks(run, store, no_model, tmp_path / "rank0", timeout_s=30)
+    assert result.status == "error"
+    assert result.reason == ("rank 0 (node 0, GPU 0) could not start: FileNotFoundError: the model directory is gone")
+    assert json.loads(launch.get("abort"))["reason"] == result.reason
+    # the other rank, waiting for its node's sources, sees the abort and stops without training
+    rank_of_two(1)
+    assert run_on_ranks(run, store, no_model, tmp_path / "rank1", timeout_s=30) is None
+
+
+def test_a_rank_whose_peers_never_come_stops_as_a_timeout(rank_of_two, tmp_path):
+    from finetune_bench.running.ranks import run_on_ranks
+
+    run, store = _two_rank_run(tmp_path)
+    launch = rank_of_two(1)  # rank 0 never sets its node's sources
+    started = time.monotonic()
+    assert run_on_ranks(run, store, lambda: (tmp_path, tmp_path), tmp_path / "rank1", timeout_s=2) is None
+    assert time.monotonic() - started < 15
+    abort = json.loads(launch.get("abort"))
+    assert abort["status"] == "timeout" and "sources/0 never came" in abort["reason"]
 
 
 @pytest.fixture(autouse=True)

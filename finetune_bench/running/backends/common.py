@@ -114,9 +114,10 @@ def profile_after_timed_steps(
     args: TrainingArgs, recorder: StepRecorder, step: Callable[[], object], device: torch.device, work_dir: Path
 ) -> dict[str, str]:
     """With `profile`, `profile_steps` more calls of `step` under the profiler, after the timed steps; the run's
-    details it adds (`profile_error` when it failed: the run and its measurements stand). Sampling stops first:
+    details it adds (`profile_error` when it failed: the run and its measurements stand; on several GPUs the failure
+    ends the run). Sampling stops first:
     the driver-side and host-memory peaks are the training's, not the profiler's."""
     if not args.profile:
         return {}
     recorder.end_training()
-    return profile_after_training(step, args.profile_steps, device, work_dir / PROFILE_DIR)
+    return profile_after_training(step, args.profile_steps, device, work_dir / PROFILE_DIR, alone=args.world_size == 1)

@@ -42,6 +42,8 @@ class HeldOutEvaluator:
     ) -> None:
         self.every = args.eval_steps
         self.last_step = args.max_steps
+        # On several GPUs a rank cannot stop evaluating alone: its peers would wait for it in their collectives.
+        self.alone = args.world_size == 1
         self.recorder = recorder
         self.device = device
         self.loader = None
@@ -72,7 +74,8 @@ class HeldOutEvaluator:
     def maybe_evaluate(self, model: torch.nn.Module, step: int) -> None:
         """Evaluate after step `step` (0: before training) if it is due, outside the step's measurements. An
         evaluation that runs out of memory ends the evaluations, not the run (its training is measured all the
-        same): the recorder keeps why (`eval_error`)."""
+        same): the recorder keeps why (`eval_error`). On several GPUs it ends the run: one rank cannot stop evaluating
+        while its peers go on."""
         if not self.due(step):
             return
         with self.recorder.outside_steps():
@@ -80,6 +83,8 @@ class HeldOutEvaluator:
             try:
                 loss, tokens = held_out_loss(model, self.loader, self.device)
             except torch.OutOfMemoryError as exc:
+                if not self.alone:  # the run ends as out of memory (in the evaluation), every rank stopped
+                    raise
                 first_line = (str(exc).strip().splitlines() or [""])[0]
                 self.recorder.eval_error = (
                     f"out of memory in the held-out evaluation after step {step}, none after it (a smaller "

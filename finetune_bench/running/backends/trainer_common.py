@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dtype, work_dir: Path) -> dict:
     """Keyword arguments common to transformers' TrainingArguments and TRL's SFTConfig."""
-    return dict(
+    arguments = dict(
         output_dir=str(work_dir / "trainer"),
         per_device_train_batch_size=args.per_device_train_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -44,19 +44,22 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        **distributed_arguments(args),
     )
+    arguments.update(distributed_arguments(args))
+    return arguments
 
 
 def distributed_arguments(args: TrainingArgs) -> dict:
     """How the Trainer shares a run on several GPUs (it joins the process group the worker started): DDP, or
     accelerate's FSDP2 wrapping each decoder layer (transformers' `_no_split_modules`) with parameters kept in
-    the model's dtype, as the plain loop's `fully_shard` does."""
+    the model's dtype, as the plain loop's `fully_shard` does and as one GPU trains. (With bf16 or fp16 set,
+    accelerate's FSDP2 would cast every trainable parameter to float32 and train under a mixed-precision policy:
+    twice the memory of the other layouts. The model is already in its dtype, so neither is set.)"""
     if args.world_size == 1:
         return {}
     if args.parallelism == "ddp":
         return {"ddp_find_unused_parameters": False}
-    return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}}
+    return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}, "bf16": False, "fp16": False}
 
 
 def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "transformers.TrainerCallback":
