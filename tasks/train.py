@@ -1,6 +1,5 @@
 """Planning the runs, and training one run in a child process."""
 
-import itertools
 import logging
 import os
 import tempfile
@@ -9,12 +8,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
-from flytekit import PythonFunctionTask, current_context, task
+from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
-from flytekitplugins.kfpytorch import Elastic
 
-from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
@@ -31,7 +28,6 @@ from finetune_bench.reporting.plan_report import plan_text
 from finetune_bench.results.record import RunResult
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_or_reuse
-from finetune_bench.running.ranks import run_on_ranks
 from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image, training_image
@@ -43,7 +39,6 @@ from tasks.settings import (
     TRAIN_ACCELERATOR,
     TRAIN_RESOURCES,
     WANDB_SECRETS,
-    train_resources,
 )
 from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
 
@@ -186,90 +181,6 @@ def logged_output(result: RunResult) -> TrainOutput:
         steps=FlyteFile(result.steps_file) if result.steps_file else None,
         profile=FlyteDirectory(result.profile_dir) if result.profile_dir else None,
     )
-
-
-def train_ranks_of_condition(
-    planned_run: PlannedRun,
-    dataset_dir: FlyteDirectory,
-    model_dir: FlyteDirectory,
-    condition_timeout_s: int,
-    results_store: str,
-    force_fresh: bool,
-    sources: SourceVersions | None = None,
-) -> TrainOutput | None:
-    """One rank of a run on several GPUs (`finetune_bench.running.ranks`): the run's output on global rank 0,
-    None on the others (PyTorch Elastic returns rank 0's alone)."""
-    work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
-    result = run_on_ranks(
-        planned_run,
-        ResultStore(results_store or str(default_results_store())),
-        fetch_sources=lambda: (Path(dataset_dir.download()), Path(model_dir.download())),
-        work_dir=work_dir,
-        timeout_s=condition_timeout_s,
-        force_fresh=force_fresh,
-        sources=source_versions(sources),
-    )
-    return logged_output(result) if result is not None else None
-
-
-def elastic_task_name(num_nodes: int, num_gpus: int) -> str:
-    return f"train_condition_{num_nodes}x{num_gpus}gpu"
-
-
-def _elastic_train_task(num_nodes: int, num_gpus: int) -> PythonFunctionTask:
-    """The train task of one layout: an `Elastic` task of `num_nodes` × `num_gpus` ranks (one node: a pod with
-    `num_gpus` GPUs; several: a PyTorchJob), each rank running `train_ranks_of_condition`."""
-
-    def train(
-        planned_run: PlannedRun,
-        dataset_dir: FlyteDirectory,
-        model_dir: FlyteDirectory,
-        condition_timeout_s: int,
-        results_store: str,
-        force_fresh: bool,
-        sources: SourceVersions | None = None,
-    ) -> TrainOutput | None:
-        return train_ranks_of_condition(
-            planned_run, dataset_dir, model_dir, condition_timeout_s, results_store, force_fresh, sources
-        )
-
-    # flytekit finds a task in its container by module and name: each layout's is a module-level name of its own,
-    # and it accepts a function made here as such when it wraps a module-level one under its own name.
-    train.__name__ = train.__qualname__ = elastic_task_name(num_nodes, num_gpus)
-    train.__wrapped__ = train_ranks_of_condition
-    train.__doc__ = f"One run on {num_nodes} node(s) × {num_gpus} GPU(s): {train_ranks_of_condition.__doc__}"
-    elastic = task(
-        task_config=Elastic(
-            nnodes=num_nodes,
-            nproc_per_node=num_gpus,
-            # /dev/shm through the task's own setting (the plugin's pod template is deprecated)
-            increase_shared_mem=False,
-            # the agent checks its ranks every second (its default of 5 s adds up to 5 s to every run)
-            monitor_interval=1,
-        ),
-        container_image=training_image,
-        requests=train_resources(num_gpus),
-        accelerator=TRAIN_ACCELERATOR,
-        secret_requests=WANDB_SECRETS,
-        environment=REGISTRATION_ENV,
-        shared_memory=True,
-    )(with_wandb_link(train))
-    add_wandb_link_to_map_tasks(elastic)
-    return elastic
-
-
-# One task per layout but one GPU on one node (`train_condition`), each a module-level name.
-ELASTIC_TRAIN_TASKS: dict[tuple[int, int], PythonFunctionTask] = {}
-for _nodes, _gpus in itertools.product(NODE_COUNTS, GPUS_PER_NODE):
-    if (_nodes, _gpus) != (1, 1):
-        ELASTIC_TRAIN_TASKS[_nodes, _gpus] = globals()[elastic_task_name(_nodes, _gpus)] = _elastic_train_task(
-            _nodes, _gpus
-        )
-
-
-def train_task(num_nodes: int, num_gpus: int) -> PythonFunctionTask:
-    """The train task of a layout."""
-    return train_condition if (num_nodes, num_gpus) == (1, 1) else ELASTIC_TRAIN_TASKS[num_nodes, num_gpus]
 
 
 def runs_by_layout(planned: list[PlannedRun]) -> dict[tuple[int, int], list[PlannedRun]]:

@@ -23,7 +23,7 @@ from tasks.inputs_yaml import require_unique_keys
 from tasks.plan import report_plan
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
-from tasks.train import concatenate_outputs, plan_benchmark, runs_by_layout, train_task
+from tasks.train import concatenate_outputs, plan_benchmark, runs_by_layout
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
@@ -47,6 +47,10 @@ def run_benchmark(
     """Fan the training out over every planned run: one map task per GPU layout (nodes × GPUs per node, each its
     own train task), one layout after the other so that `concurrency` holds over the whole grid; on `accelerator`
     when one is named (else the train tasks' own)."""
+    # Here, not at the top: the analysis image's pods import this module too (the frontier's dynamic node), and an
+    # Elastic task cannot be defined without torch.
+    from tasks.train_ranks import train_task
+
     mapped = []
     for (num_nodes, num_gpus), runs in runs_by_layout(planned).items():
         train = partial(

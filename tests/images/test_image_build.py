@@ -76,3 +76,48 @@ def test_the_analysis_image_renders_without_the_gpu_stack(tmp_path):
     requirements = _requirements(tmp_path)
     assert "torch" not in requirements and "liger-kernel" not in requirements
     assert {"pandas", "seaborn", "flytekit"} <= set(requirements)
+
+
+def _analysis_image_modules() -> set[str]:
+    """The modules the analysis image's pods load: where each of its tasks (and dynamic nodes) is defined."""
+    import importlib
+
+    from flytekit.core.base_task import PythonTask
+
+    modules = set()
+    for name in ("workflows.benchmark", "workflows.frontier", "workflows.kernels"):
+        module = importlib.import_module(name)
+        for loaded in [module, *(sys.modules[m] for m in list(sys.modules) if m.startswith(("tasks.", "workflows.")))]:
+            for value in vars(loaded).values():
+                if isinstance(value, PythonTask) and getattr(value, "container_image", None) is analysis_image:
+                    modules.add(value.instantiated_in or value.task_function.__module__)
+    return modules
+
+
+_WITHOUT_THE_TRAINING_STACK = """
+import importlib, importlib.abc, sys
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {training_only!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}")
+sys.meta_path.insert(0, Missing())
+importlib.import_module({module!r})
+"""
+
+
+def test_every_module_the_analysis_image_loads_imports_without_the_training_stack():
+    """The analysis image has no torch: a pod of one of its tasks imports the task's module without it (an Elastic
+    task, say, cannot even be defined there)."""
+    import os
+    import subprocess
+
+    from images.images import TRAINING_ONLY
+
+    modules = _analysis_image_modules()
+    assert {"tasks.analysis", "tasks.train", "workflows.frontier"} <= modules
+    training_only = {name.replace("-", "_") for name in TRAINING_ONLY}
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    for module in sorted(modules):
+        code = _WITHOUT_THE_TRAINING_STACK.format(training_only=training_only, module=module)
+        done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"{module}: {done.stderr[-1500:]}"

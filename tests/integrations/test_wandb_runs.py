@@ -422,7 +422,8 @@ _REGISTERED = textwrap.dedent(
     from flytekit.types.directory import FlyteDirectory
     from finetune_bench.inputs.plan import PlannedRun
     from finetune_bench.inputs.settings import TrainingArgs
-    from tasks.train import ELASTIC_TRAIN_TASKS, train_condition
+    from tasks.train import train_condition
+    from tasks.train_ranks import ELASTIC_TRAIN_TASKS
     from tasks.wandb_runs import wandb_link_config
     from workflows.benchmark import run_benchmark
 
@@ -492,7 +493,7 @@ def test_with_an_entity_every_map_item_requests_the_secret_and_links_to_its_run(
     assert seen["task_secrets"] == seen["map_secrets"] == ["wandb_api_key"]
     assert seen["task_env"] == seen["map_env"] == {"WANDB_ENTITY": "my-team", "WANDB_PROJECT": "liger-bench"}
     # the train tasks of runs on several GPUs (a PyTorchJob here) likewise, under their module-level names
-    assert seen["elastic_name"] == "tasks.train.train_condition_2x4gpu"
+    assert seen["elastic_name"] == "tasks.train_ranks.train_condition_2x4gpu"
     assert seen["elastic_secrets"] == ["wandb_api_key"] and seen["elastic_env"] == seen["task_env"]
     assert seen["elastic_config"] == link
     assert (seen["status"], seen["open_run"]) == ("error", False)

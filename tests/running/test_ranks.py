@@ -146,7 +146,7 @@ def test_a_rank_that_saw_its_peer_go_through_a_collective_is_not_the_cause():
 def _launch(tmp_path: Path, dataset_dir: Path, model_dir: Path, timeout_s: int = 240, **settings) -> RunResult:
     from flytekit.types.directory import FlyteDirectory
 
-    from tasks.train import ELASTIC_TRAIN_TASKS
+    from tasks.train_ranks import ELASTIC_TRAIN_TASKS
 
     defaults = dict(backend="plain_loop", parallelism="ddp", max_steps=3, max_seq_length=64)
     args = dataclasses.replace(

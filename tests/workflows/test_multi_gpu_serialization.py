@@ -16,7 +16,8 @@ from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.sources.versions import SourceVersions
-from tasks.train import ELASTIC_TRAIN_TASKS, elastic_task_name, train_condition
+from tasks.train import train_condition
+from tasks.train_ranks import ELASTIC_TRAIN_TASKS, elastic_task_name
 
 SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image())
 
@@ -26,14 +27,14 @@ def _template(task):
 
 
 def test_every_layout_but_one_gpu_has_a_module_level_elastic_task():
-    import tasks.train
+    import tasks.train_ranks
 
     layouts = {(n, g) for n in NODE_COUNTS for g in GPUS_PER_NODE} - {(1, 1)}
     assert set(ELASTIC_TRAIN_TASKS) == layouts
     for (nodes, gpus), elastic in ELASTIC_TRAIN_TASKS.items():
         # how the container finds it: by module and name
-        assert elastic.name == f"tasks.train.{elastic_task_name(nodes, gpus)}"
-        assert getattr(tasks.train, elastic_task_name(nodes, gpus)) is elastic
+        assert elastic.name == f"tasks.train_ranks.{elastic_task_name(nodes, gpus)}"
+        assert getattr(tasks.train_ranks, elastic_task_name(nodes, gpus)) is elastic
 
 
 def test_a_one_node_layout_is_an_ordinary_pod_with_its_gpus():
@@ -95,8 +96,9 @@ def _compile_dynamic(experiment: ExperimentArgs, accelerator: str = ""):
 def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other():
     spec = _compile_dynamic(ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2], num_nodes=[1, 2]))
     arrays = [node for node in spec.nodes if node.array_node is not None]
-    # a map task is named after the task it maps: tasks.train.map_<task>_<hash>-arraynode
-    names = {t.id.name: re.fullmatch(r"tasks\.train\.map_(\w+?)_[0-9a-f]{32}-arraynode", t.id.name) for t in spec.tasks}
+    # a map task is named after the task it maps: <module>.map_<task>_<hash>-arraynode
+    pattern = r"tasks\.train(?:_ranks)?\.map_(\w+?)_[0-9a-f]{32}-arraynode"
+    names = {t.id.name: re.fullmatch(pattern, t.id.name) for t in spec.tasks}
     mapped = [names[node.array_node.node.task_node.reference_id.name].group(1) for node in arrays]
     assert mapped == ["train_condition", "train_condition_2x1gpu", "train_condition_1x2gpu", "train_condition_2x2gpu"]
     types = {t.id.name: t.type for t in spec.tasks}

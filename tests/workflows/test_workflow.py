@@ -212,7 +212,7 @@ def test_no_path_of_the_registering_machine_reaches_a_pod(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     with tarfile.open(out) as archive:
         registered = b"".join(archive.extractfile(m).read() for m in archive.getmembers() if m.isfile())
-    assert b"train_condition_2x8gpu" in registered  # the archive holds the tasks' specs
+    assert b"tasks.train.train_condition" in registered  # the archive holds the tasks' specs
     for forbidden in (*local.values(), str(PROJECT_ROOT), str(tmp_path)):
         assert forbidden.encode() not in registered, forbidden
 
