@@ -70,7 +70,8 @@ def condition_wandb_run_class() -> type:
     `finetune_bench.tracking` for this call alone (no `wandb.login`: nothing written to ~/.netrc, nothing
     left for the next item); the task body opens and finishes the condition's run itself, and whatever
     run is still open when the task returns or raises is finished.
-    Imported lazily: the analysis image, which only compiles this task (in `run_benchmark`), lacks the plugin.
+    Imported lazily: the analysis image, whose pods import the module that defines the train task
+    (`tasks.train`, for `concatenate_outputs`), lacks the plugin.
     """
     from flytekitplugins.wandb import wandb_init
 
@@ -165,8 +166,8 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
 def add_wandb_link_to_map_tasks(train_task: PythonTask) -> None:
     """flytekit puts a decorator's link config into the template of the task itself but not into that of a
     map task over it (ArrayNodeMapTask has no `task_function`); the map task does take the task's
-    `get_config`, so the link config is added there too. Added without the plugin: the analysis image
-    compiles this map task (in `run_benchmark`) without having it."""
+    `get_config`, so the link config is added there too. Added without the plugin's import, which the modules
+    that define the train tasks do not need at import time."""
     if not WANDB_ENTITY:
         return
     task_config = train_task.get_config
