@@ -12,11 +12,6 @@ import torch
 import torch.distributed as dist
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.running.launch import COLLECTIVE_TIMEOUT_ENV
-
-# How long a collective may wait before it raises: set by the rank's supervisor (`launch.COLLECTIVE_TIMEOUT_ENV`)
-# longer than the condition's timeout, so that a rank that hangs ends the run as a timeout of its own (its
-# supervisor's), not as its peers' collective errors.
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -32,12 +27,13 @@ def rank_device(device: torch.device) -> torch.device:
     return device
 
 
-def start_process_group(device: torch.device) -> None:
-    """Join the run's process group (NCCL on GPUs, gloo on CPUs) through the launch's store (env://)."""
+def start_process_group(device: torch.device, collective_timeout_s: float) -> None:
+    """Join the run's process group (NCCL on GPUs, gloo on CPUs) through the launch's store (env://); a collective
+    that waits longer than `collective_timeout_s` raises."""
     cuda = device.type == "cuda"
     dist.init_process_group(
         backend="nccl" if cuda else "gloo",
-        timeout=timedelta(seconds=float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800))),
+        timeout=timedelta(seconds=collective_timeout_s),
         device_id=device if cuda else None,
     )
 

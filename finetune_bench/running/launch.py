@@ -34,7 +34,13 @@ from finetune_bench.results.store import (
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.faults import RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
-from finetune_bench.running.worker import ERROR_TAIL_LINES, PARENT_PID_ENV, RESULT_FILE, STEPS_FILE
+from finetune_bench.running.worker import (
+    COLLECTIVE_TIMEOUT_ENV,
+    ERROR_TAIL_LINES,
+    PARENT_PID_ENV,
+    RESULT_FILE,
+    STEPS_FILE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +53,6 @@ _OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_
 _KILL_GRACE_S = 10
 # How much longer than the condition's timeout a rank's collectives wait before they raise.
 _COLLECTIVE_MARGIN_S = 300
-# Read by `running.distributed` in a rank's child (kept here: importing that module needs torch).
-COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
 
 
 def _needs_triton_interpreter(run: PlannedRun) -> bool:

@@ -21,6 +21,10 @@ STEPS_FILE = "steps.csv"
 ERROR_TAIL_LINES = 40
 # The launcher's process id: the worker dies with it (a run never outlives what started it).
 PARENT_PID_ENV = "FINETUNE_BENCH_PARENT_PID"
+# One rank of a run on several GPUs: how long its collectives may wait before they raise. Its supervisor sets it
+# longer than the condition's timeout, so that a rank that hangs ends the run as a timeout of its own (its
+# supervisor's), not as its peers' collective errors.
+COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
-            ranks.start_process_group(device)
+            ranks.start_process_group(device, float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)))
         backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         if distributed:
