@@ -7,19 +7,14 @@ import re
 from collections import OrderedDict
 
 import pytest
-from flytekit.configuration import ImageConfig, SerializationSettings
-from flytekit.core.context_manager import FlyteContextManager
 from flytekit.tools.translator import get_serializable
-from flytekit.types.directory import FlyteDirectory
 
 from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
-from finetune_bench.sources.versions import SourceVersions
 from tasks.train import train_condition
 from tasks.train_ranks import ELASTIC_TRAIN_TASKS, elastic_task_name
-
-SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image())
+from tests.workflows.compiled import SETTINGS, compile_benchmark_dynamic
 
 
 def _template(task):
@@ -70,27 +65,8 @@ def test_a_multi_node_layout_is_a_pytorchjob(nodes, gpus):
 
 
 def _compile_dynamic(experiment: ExperimentArgs, accelerator: str = ""):
-    from workflows.benchmark import run_benchmark
-
     planned = plan_runs(experiment, TrainingArgs(parallelism="ddp", backend="plain_loop"), 1)
-    # flytekit compiles a dynamic's body once per process (a pod runs one): a test compiling several grids resets it
-    run_benchmark._wf = None
-    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
-    with FlyteContextManager.with_context(ctx) as ctx:
-        return run_benchmark.compile_into_workflow(
-            ctx,
-            run_benchmark._task_function,
-            planned=planned,
-            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
-            model_dir=FlyteDirectory("s3://bucket/model"),
-            concurrency=2,
-            min_success_ratio=0.5,
-            condition_timeout_s=60,
-            results_store="s3://bucket/results",
-            force_fresh=False,
-            sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
-            accelerator=accelerator,
-        )
+    return compile_benchmark_dynamic(planned, accelerator=accelerator)
 
 
 def test_the_dynamic_node_maps_each_layout_over_its_own_task_one_after_the_other():

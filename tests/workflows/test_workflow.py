@@ -14,7 +14,6 @@ import yaml
 from click.testing import CliRunner
 
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
-from finetune_bench.sources.versions import SourceVersions
 from tests.workflows import browser
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -170,27 +169,10 @@ def test_cached_download_survives_the_sandbox(tmp_path):
     assert (Path(second.path) / "config.json").is_file()
 
 
-def test_package_serializes_every_workflow_without_docker(tmp_path, monkeypatch):
-    from flytekit.clis.sdk_in_container import pyflyte
-
-    monkeypatch.chdir(PROJECT_ROOT)
-    monkeypatch.setenv("FLYTECTL_CONFIG", str(PROJECT_ROOT / "flyte-local.yaml"))
-    out = tmp_path / "package.tgz"
-    with mock.patch("flytekit.image_spec.image_spec.ImageBuildEngine.build"):
-        result = CliRunner().invoke(
-            pyflyte.main,
-            ["--pkgs", "workflows", "package", "--image", "ghcr.io/example/finetune-bench:test", "-f", "-o", str(out)],
-        )
-    assert result.exit_code == 0, result.output
-    assert "workflows.benchmark.benchmarking_experiment" in result.output
-    assert "tasks.train.train_condition" in result.output
-    assert "workflows.kernels.kernel_benchmark" in result.output and "tasks.kernels.benchmark_kernel" in result.output
-    assert out.stat().st_size > 0
-
-
-def test_no_path_of_the_registering_machine_reaches_a_pod(tmp_path, monkeypatch):
-    """What is registered holds no local path: not the export or cache directory, not the flytectl config, not the
-    project's checkout; a pod finds its own (the results store and cache default inside the pod)."""
+def test_package_serializes_every_workflow_without_docker_and_without_a_local_path(tmp_path, monkeypatch):
+    """Every workflow registers (no Docker), and what is registered holds no local path: not the export or cache
+    directory, not the flytectl config, not the project's checkout; a pod finds its own (the results store and the
+    cache default inside the pod)."""
     import tarfile
 
     from flytekit.clis.sdk_in_container import pyflyte
@@ -210,6 +192,9 @@ def test_no_path_of_the_registering_machine_reaches_a_pod(tmp_path, monkeypatch)
             ["--pkgs", "workflows", "package", "--image", "ghcr.io/example/finetune-bench:test", "-f", "-o", str(out)],
         )
     assert result.exit_code == 0, result.output
+    assert "workflows.benchmark.benchmarking_experiment" in result.output
+    assert "tasks.train.train_condition" in result.output
+    assert "workflows.kernels.kernel_benchmark" in result.output and "tasks.kernels.benchmark_kernel" in result.output
     with tarfile.open(out) as archive:
         registered = b"".join(archive.extractfile(m).read() for m in archive.getmembers() if m.isfile())
     assert b"tasks.train.train_condition" in registered  # the archive holds the tasks' specs
@@ -218,32 +203,12 @@ def test_no_path_of_the_registering_machine_reaches_a_pod(tmp_path, monkeypatch)
 
 
 def test_dynamic_body_compiles_to_a_map_over_every_run():
-    from flytekit.configuration import ImageConfig, SerializationSettings
-    from flytekit.core.context_manager import FlyteContextManager
-    from flytekit.types.directory import FlyteDirectory
-
     from finetune_bench.inputs.plan import plan_runs
-    from workflows.benchmark import run_benchmark
+    from tests.workflows.compiled import compile_benchmark_dynamic
 
-    planned = plan_runs(smoke_experiment(), TrainingArgs(), 2)
-    run_benchmark._wf = None  # flytekit compiles a dynamic's body once per process: this test's grid, not another's
-    settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
-    ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
-    with FlyteContextManager.with_context(ctx) as ctx:
-        spec = run_benchmark.compile_into_workflow(
-            ctx,
-            run_benchmark._task_function,
-            planned=planned,
-            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
-            model_dir=FlyteDirectory("s3://bucket/model"),
-            concurrency=3,
-            min_success_ratio=0.25,
-            condition_timeout_s=60,
-            results_store="s3://bucket/results",
-            force_fresh=False,
-            accelerator="",
-            sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
-        )
+    spec = compile_benchmark_dynamic(
+        plan_runs(smoke_experiment(), TrainingArgs(), 2), concurrency=3, min_success_ratio=0.25
+    )
     (node,) = spec.nodes
     array = node.array_node.to_flyte_idl()
     assert array.parallelism == 3
