@@ -113,6 +113,12 @@ class TrainingArgs(StrictFromJson):
     # at every example and no attention mask is passed, so transformers keeps examples from attending to
     # each other; a run checks that on its model before training and fails if they would.
     packing: bool = False
+    # Pad each batch to a multiple of this many tokens instead of to its longest example only (0: no rounding;
+    # it must divide max_seq_length, so no batch grows past it; both arms pad alike). max_seq_length itself
+    # gives every batch one shape: kernels that autotune per matrix shape (SwitchBack's) then tune once, in
+    # the warm-up steps, instead of whenever a batch's length is new. Evaluation batches are padded the same
+    # way. Not with packing (packed rows have no padding).
+    pad_to_multiple_of: int = 0
     # Optimizer steps per run (every run trains exactly this many).
     max_steps: int = 4
     # Steps excluded from the headline throughput (compilation, allocator warm-up, autotuning).
@@ -377,7 +383,7 @@ def _check_value(key: str, name: str, value: Any) -> None:
         raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
     if name in _POSITIVE_INTS and value <= 0:
         raise SpecError(f"{key} must be positive, got {value!r}")
-    if name in ("eval_examples", "eval_steps") and value < 0:
+    if name in ("eval_examples", "eval_steps", "pad_to_multiple_of") and value < 0:
         raise SpecError(f"{key} must not be negative (0 turns it off), got {value!r}")
     if name == "timing_warmup_steps" and value < 0:
         raise SpecError(f"{key} must not be negative, got {value!r}")

@@ -83,6 +83,23 @@ def validate_run_settings(
         raise SpecError(*problems)
 
 
+def _check_padding(training_args: TrainingArgs, where: str) -> None:
+    """A padding multiple divides max_seq_length (no batch grows past it) and comes without packing."""
+    multiple, max_seq_length = training_args.pad_to_multiple_of, training_args.max_seq_length
+    if not multiple:
+        return
+    if training_args.packing:
+        raise SpecError(
+            f"training_args.pad_to_multiple_of ({multiple}) with packing{where}: packed batches have no padding "
+            "to round; set pad_to_multiple_of 0 or packing false"
+        )
+    if max_seq_length % multiple:
+        raise SpecError(
+            f"training_args.pad_to_multiple_of ({multiple}) does not divide max_seq_length ({max_seq_length}){where}: "
+            f"a batch would be padded past max_seq_length; use a divisor of it, e.g. {max_seq_length}"
+        )
+
+
 def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
     """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
     backend, optim = training_args.backend, training_args.optim
@@ -122,6 +139,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"packing does not run with backend {backend!r}{where}: backends {list(PACKING_BACKENDS)} pack; "
             f"use packing false with {backend!r}"
         )
+    _check_padding(training_args, where)
     _check_lora_and_optimizer(training_args, where)
     if training_args.eval_examples and backend == "forward_only":
         raise SpecError(

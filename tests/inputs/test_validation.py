@@ -51,6 +51,7 @@ def test_one_problem_is_one_line_and_many_are_a_list():
         ("seed", 2**32, "training_args.seed must be in [0, 2**32)"),
         ("seed", -1, "training_args.seed must be in [0, 2**32)"),
         ("max_steps", 2**63, "training_args.max_steps is too large (at most 9,223,372,036,854,775,807)"),
+        ("pad_to_multiple_of", -8, "training_args.pad_to_multiple_of must not be negative (0 turns it off), got -8"),
     ],
 )
 def test_values_that_pass_the_type_but_cannot_run_are_refused(setting, value, message):
@@ -85,6 +86,18 @@ def test_a_problem_shared_by_many_conditions_is_said_once():
     experiment = ExperimentArgs(per_device_train_batch_size=[1, 2, 4], backend=["hf_trainer"], criterion=["trl"])
     (found,) = problems_of(lambda: plan_runs(experiment, TrainingArgs(), 1))
     assert found.startswith("criterion 'trl' does not run with backend 'hf_trainer' (in 3 conditions, e.g. condition")
+
+
+def test_a_padding_multiple_must_divide_every_swept_max_seq_length_and_not_come_with_packing():
+    training = TrainingArgs(pad_to_multiple_of=128)
+    plan_runs(ExperimentArgs(max_seq_length=[128, 512]), training, 1)
+    (found,) = problems_of(lambda: plan_runs(ExperimentArgs(max_seq_length=[128, 200]), training, 1))
+    assert found.startswith(
+        "training_args.pad_to_multiple_of (128) does not divide max_seq_length (200) (condition max_seq_length=200"
+    )
+    packed = TrainingArgs(backend="trl_sft", packing=True, max_seq_length=128, pad_to_multiple_of=128)
+    (found,) = problems_of(lambda: plan_runs(ExperimentArgs(), packed, 1))
+    assert found.startswith("training_args.pad_to_multiple_of (128) with packing")
 
 
 def test_the_workflow_settings_are_all_checked():

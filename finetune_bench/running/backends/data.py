@@ -1,6 +1,7 @@
 """Tokenized prompt/completion examples and their batches, for the backends that build their own
 (the plain loop and the HF Trainer): prompt + completion + EOS, truncated to max_seq_length, loss on
-completion tokens only, right-padded per batch to the longest example."""
+completion tokens only, right-padded per batch to the longest example (or up to a multiple of
+`pad_to_multiple_of`)."""
 
 from typing import TYPE_CHECKING
 
@@ -33,9 +34,12 @@ def tokenize_prompt_completion(
     return encoded.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))
 
 
-def collate(rows: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest row of the batch."""
+def collate(rows: list[dict], pad_token_id: int, pad_to_multiple_of: int = 0) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest row of the batch, rounded up to a multiple of `pad_to_multiple_of` (0: not
+    rounded)."""
     longest = max(len(row["input_ids"]) for row in rows)
+    if pad_to_multiple_of:
+        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
     input_ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
     labels = torch.full((len(rows), longest), IGNORE_INDEX, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)

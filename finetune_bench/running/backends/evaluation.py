@@ -58,7 +58,9 @@ class HeldOutEvaluator:
                 encoded,
                 batch_size=args.per_device_eval_batch_size,
                 shuffle=False,
-                collate_fn=partial(collate, pad_token_id=tokenizer.pad_token_id),
+                collate_fn=partial(
+                    collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
+                ),
             )
 
     @property

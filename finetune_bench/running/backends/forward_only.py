@@ -63,7 +63,10 @@ def train(
     require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
     # The plain loop's batches: the same ones in the same order for the same seed.
     batches = training_batches(
-        data, args, lambda rows: collate(rows, tokenizer.pad_token_id), pin_memory=device.type == "cuda"
+        data,
+        args,
+        lambda rows: collate(rows, tokenizer.pad_token_id, args.pad_to_multiple_of),
+        pin_memory=device.type == "cuda",
     )
 
     def forward_step(record: bool) -> torch.Tensor:

@@ -57,7 +57,9 @@ def train(
         model=loaded.model,
         args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
         train_dataset=data,
-        data_collator=partial(collate, pad_token_id=loaded.tokenizer.pad_token_id),
+        data_collator=partial(
+            collate, pad_token_id=loaded.tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
+        ),
         callbacks=[recording_callback(recorder, evaluator)],
     )
     trainer.train()

@@ -80,6 +80,8 @@ def train(
         # (`padding_free` is implied) and no attention mask. "wrapped" would cut examples and let them
         # attend across boundaries.
         packing_strategy="bfd",
+        # Named, not TRL's "auto" (which pads to 128 on Neuron): None pads each batch to its longest example.
+        pad_to_multiple_of=args.pad_to_multiple_of or None,
         dataset_num_proc=None,
     )
     trainer = recording_trainer(trainer_class, recorder)(
