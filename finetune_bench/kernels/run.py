@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from finetune_bench.kernels.settings import KernelBenchmarkSettings, providers
-from finetune_bench.kernels.worker import ERROR, ROWS_FILE, TIMEOUT, point_rows, settings_json
+from finetune_bench.kernels.worker import ROWS_FILE, point_rows, settings_json
+from finetune_bench.results.record import ERROR, TIMEOUT
 from finetune_bench.results.store import hardware_fingerprint
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.launch import LOG_FILE, isolated_env, run_isolated

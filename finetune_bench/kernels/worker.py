@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from finetune_bench.kernels.settings import KERNELS, METRICS, KernelBenchmarkSettings, model_shapes, providers
+from finetune_bench.results.record import ERROR, OK, OOM, says_out_of_memory
 from finetune_bench.running.worker import die_with_parent
 
 ROWS_FILE = "rows.jsonl"
 X_LABELS = {"T": "sequence length", "BT": "total tokens"}
-OK, OOM, ERROR, TIMEOUT = "ok", "oom", "error", "timeout"
 
 
 def point_rows(settings: KernelBenchmarkSettings, kernel: str, provider: str, tokens: int, context: dict) -> list[dict]:
@@ -91,7 +91,10 @@ def run_kernel(settings: KernelBenchmarkSettings, kernel: str, out: Path) -> Non
                 except torch.OutOfMemoryError as exc:
                     _mark_unfinished(rows, OOM, f"out of memory: {_first_line(exc)}")
                 except Exception as exc:  # a point's failure is its row; the sweep goes on
-                    _mark_unfinished(rows, ERROR, f"{type(exc).__name__}: {_first_line(exc)}")
+                    if says_out_of_memory(str(exc)):  # cuBLAS unable to allocate: a RuntimeError
+                        _mark_unfinished(rows, OOM, f"out of memory: {_first_line(exc)}")
+                    else:
+                        _mark_unfinished(rows, ERROR, f"{type(exc).__name__}: {_first_line(exc)}")
                 finally:
                     case = None
                     gc.collect()

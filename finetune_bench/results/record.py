@@ -1,5 +1,6 @@
 """The result record of one run: plain data saying what ran, where, what came out and how it ended."""
 
+import re
 from dataclasses import dataclass, field
 
 from finetune_bench.inputs.settings import TrainingArgs
@@ -13,6 +14,16 @@ NONFINITE = "nonfinite"  # the loss became NaN or infinite (the run stops there;
 # Not launched: the memory model predicts a sure out-of-memory on the target GPU (`skip_predicted_oom`).
 PREDICTED_OOM = "predicted_oom"
 STATUSES = (OK, OOM, ERROR, TIMEOUT, NONFINITE, PREDICTED_OOM)
+# What an out-of-memory says when it does not come as torch.OutOfMemoryError: cuBLAS failing to allocate its
+# workspace or handle, the CUDA driver's "out of memory", a child's log after it died.
+_OUT_OF_MEMORY_MESSAGE = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+
+
+def says_out_of_memory(text: str) -> bool:
+    """Whether an error message or a log tail reports an out-of-memory."""
+    return bool(_OUT_OF_MEMORY_MESSAGE.search(text))
+
+
 # A run the orchestrator lost (the task itself failed, so no record came back).
 LOST = "lost"
 

@@ -7,6 +7,8 @@ says. `<pattern>` (shell-style, matched against `<condition_id>#<run_number>`, e
 separated by `;` (the first that matches a run applies to it).
 
 - `oom`: raises torch.OutOfMemoryError (what a CUDA out-of-memory looks like to the trainer)
+- `cublas_oom`: raises the RuntimeError torch raises when cuBLAS cannot allocate its handle (an out-of-memory
+  that is not a torch.OutOfMemoryError)
 - `error`: raises RuntimeError
 - `exit`: exits with status 3 without writing a result
 - `segfault`: kills itself with SIGSEGV
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 FAULT_ENV = "FINETUNE_BENCH_FAULT"
 # Set by the launcher in each child: which run it is (`<condition_id>#<run_number>`).
 RUN_ENV = "FINETUNE_BENCH_RUN"
-FAULT_KINDS = ("oom", "error", "exit", "segfault", "sigkill", "hang", "nan", "interrupt")
+FAULT_KINDS = ("oom", "cublas_oom", "error", "exit", "segfault", "sigkill", "hang", "nan", "interrupt")
 FAKE_MEMORY_ENV = "FINETUNE_BENCH_FAKE_MEMORY_TOKENS"
 
 
@@ -85,6 +87,8 @@ def maybe_inject(step: int, model: "torch.nn.Module | None" = None) -> None:
         import torch
 
         raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at step {step})")
+    if kind == "cublas_oom":
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
     if kind == "error":
         raise RuntimeError(f"injected error at step {step}")
     if kind == "exit":

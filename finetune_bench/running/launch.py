@@ -10,7 +10,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
-from finetune_bench.results.record import ERROR, PREDICTED_OOM, STOPPED, RunResult
+from finetune_bench.results.record import ERROR, PREDICTED_OOM, STOPPED, RunResult, says_out_of_memory
 from finetune_bench.results.store import (
     CorruptEntry,
     ResultStore,
@@ -49,7 +48,6 @@ LOG_FILE = "child.log"
 SECRET_ENV_PREFIX = "_FSEC_"
 # Credentials the training child never needs (W&B logs from the task process, after the child ended).
 CHILD_WITHHELD_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-_OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _KILL_GRACE_S = 10
 # How much longer than the condition's timeout a rank's collectives wait before they raise.
 _COLLECTIVE_MARGIN_S = 300
@@ -304,7 +302,7 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
     if timed_out:
         result.status = "timeout"
         result.reason = f"no result within the {timeout_s:g} s timeout; the child was killed"
-    elif _OOM_PATTERNS.search(tail):
+    elif says_out_of_memory(tail):
         result.status = "oom"
         result.reason = f"out of memory (the child exited with status {returncode} before writing a result)"
     elif returncode < 0:

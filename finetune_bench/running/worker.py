@@ -14,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from finetune_bench.results.record import says_out_of_memory
 from finetune_bench.running import faults
 
 RESULT_FILE = "result.json"
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     except LigerNotApplied as exc:
         result.update(status="error", reason=f"liger not applied: {exc}")
     except Exception as exc:  # any other failure of this condition is its result, not a crash
-        result.update(status="error", reason=f"{type(exc).__name__}: {_first_line(exc)}")
+        if says_out_of_memory(str(exc)):  # e.g. cuBLAS unable to allocate its handle: a RuntimeError
+            result.update(status="oom", reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+        else:
+            result.update(status="error", reason=f"{type(exc).__name__}: {_first_line(exc)}")
         result["error_tail"] = _tail(traceback.format_exc())
     recorder.end_training()
     result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))

@@ -108,6 +108,15 @@ def test_oom_mid_training_keeps_the_steps_done(monkeypatch, tiny_model_dir, tiny
     assert len(pd.read_csv(result.steps_file)) == 2
 
 
+def test_cublas_unable_to_allocate_is_an_oom_not_an_error(monkeypatch, tiny_model_dir, tiny_dataset_dir, tmp_path):
+    """Seen on an H100 at batch 64 × 512: the out-of-memory came as a RuntimeError from cublasCreate."""
+    monkeypatch.setenv(FAULT_ENV, "cublas_oom@1")
+    result = run_in_child(planned(max_steps=3), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
+    assert result.status == "oom"
+    assert result.reason.startswith("out of memory at step 2: CUDA error: CUBLAS_STATUS_ALLOC_FAILED")
+    assert len(pd.read_csv(result.steps_file)) == 1
+
+
 def test_a_failing_condition_is_an_error_result(tiny_dataset_dir, tmp_path):
     result = run_in_child(planned(), tiny_dataset_dir, tmp_path / "no-model", tmp_path / "run", timeout_s=300)
     assert result.status == "error"
