@@ -1,25 +1,44 @@
 """ImageSpec definitions.
 
-Environment variables (read when the workflow is registered or run remotely):
+Environment variables (read when the workflow is registered or run remotely, and handed to every pod through
+`tasks.settings.REGISTRATION_ENV`):
 - FINETUNE_BENCH_IMAGE_BUILDER: ImageSpec builder; "union" on Union (the default), "default" for
   flytekit's local Docker builder.
 - FINETUNE_BENCH_IMAGE_REGISTRY: registry to push to (not needed with the union builder).
+
+What an image holds: the lockfile's pins, and the project's files (`source_copy_mode` ALL: every file git does not
+ignore, less what `.dockerignore` leaves out) copied to /root and installed there. The files are found from this
+module's own place, so the working directory is never part of the definition, and the image's tag is a digest of
+their contents (no cache file or path in it).
+
+A pod imports this module too (each task's module imports it), from /root: it reads the same lockfile and
+pyproject.toml there, which the image holds, and so defines the same specs. A dynamic node finds its sub-tasks'
+images by the spec's `id` among the images registration built, so the id must not depend on the machine: it is
+computed before `source_root` (the checkout's path here, /root in a pod) is set.
 """
 
 import hashlib
 import os
 import re
+import tomllib
 from pathlib import Path
 
 from flytekit import ImageSpec
+from flytekit.constants import CopyFileDetection
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCK_FILE = PROJECT_ROOT / "requirements.lock"
-BUILDER = os.environ.get("FINETUNE_BENCH_IMAGE_BUILDER", "union")
-REGISTRY = os.environ.get("FINETUNE_BENCH_IMAGE_REGISTRY")
+PYPROJECT = PROJECT_ROOT / "pyproject.toml"
+BUILDER_ENV = "FINETUNE_BENCH_IMAGE_BUILDER"
+REGISTRY_ENV = "FINETUNE_BENCH_IMAGE_REGISTRY"
+BUILDER = os.environ.get(BUILDER_ENV, "union")
+REGISTRY = os.environ.get(REGISTRY_ENV) or None
 PYTHON_VERSION = "3.11"
 # Read by the environment record of every run (`finetune_bench.measuring.environment.lock_digest`).
 LOCK_DIGEST_ENV = "FINETUNE_BENCH_LOCK_SHA256"
+# The optional extras of pyproject.toml the training image installs beside the lock: the switchback arm's
+# bitsandbytes (CUDA only, so not in the lock that CPU machines install).
+TRAINING_EXTRAS = ("switchback",)
 
 
 def locked_packages() -> list[str]:
@@ -31,6 +50,12 @@ def locked_packages() -> list[str]:
     return pins
 
 
+def extra_packages(extras: tuple[str, ...]) -> list[str]:
+    """The pinned requirements of pyproject.toml's optional `extras`."""
+    optional = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    return [requirement for extra in extras for requirement in optional[extra]]
+
+
 def _name(pin: str) -> str:
     return re.split(r"[=<>!~ ;\[]", pin, maxsplit=1)[0].lower().replace("_", "-")
 
@@ -38,32 +63,38 @@ def _name(pin: str) -> str:
 LOCK_DIGEST = hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
 
 
+def _project_image(name: str, packages: list[str], env: dict[str, str], apt_packages: list[str] | None = None):
+    spec = ImageSpec(
+        name=name,
+        builder=BUILDER,
+        registry=REGISTRY,
+        python_version=PYTHON_VERSION,
+        apt_packages=apt_packages,
+        packages=packages,
+        source_copy_mode=CopyFileDetection.ALL,
+        commands=["uv pip install --no-deps /root"],
+        env={**env, LOCK_DIGEST_ENV: LOCK_DIGEST},
+    )
+    # The id first, while the spec holds nothing of this machine; then where its files are (see the docstring).
+    spec.id  # noqa: B018
+    spec.source_root = str(PROJECT_ROOT)
+    return spec
+
+
 # torch from PyPI ships its CUDA runtime as nvidia-* wheels; Triton compiles a small launcher
 # with the system C compiler at run time, hence build-essential.
-training_image = ImageSpec(
-    name="finetune-bench-train",
-    builder=BUILDER,
-    registry=REGISTRY,
-    python_version=PYTHON_VERSION,
+training_image = _project_image(
+    "finetune-bench-train",
+    packages=[*locked_packages(), *extra_packages(TRAINING_EXTRAS)],
+    env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "0"},
     apt_packages=["build-essential", "git"],
-    packages=locked_packages(),
-    source_root=str(PROJECT_ROOT),
-    copy=["pyproject.toml", "README.md", "finetune_bench"],
-    commands=["uv pip install --no-deps /root"],
-    env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "0", LOCK_DIGEST_ENV: LOCK_DIGEST},
 )
 
 # The analysis task needs no GPU stack (it never imports torch, a tested property): the same pins minus the
 # training stack and what needs torch keeps it light.
 TRAINING_ONLY = ("torch", "triton", "trl", "liger-kernel", "accelerate", "peft", "bitsandbytes")
-analysis_image = ImageSpec(
-    name="finetune-bench-analysis",
-    builder=BUILDER,
-    registry=REGISTRY,
-    python_version=PYTHON_VERSION,
+analysis_image = _project_image(
+    "finetune-bench-analysis",
     packages=[pin for pin in locked_packages() if _name(pin) not in TRAINING_ONLY],
-    source_root=str(PROJECT_ROOT),
-    copy=["pyproject.toml", "README.md", "finetune_bench"],
-    commands=["uv pip install --no-deps /root"],
-    env={LOCK_DIGEST_ENV: LOCK_DIGEST},
+    env={},
 )

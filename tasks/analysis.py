@@ -24,7 +24,7 @@ from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import RunResult
 from images import analysis_image
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES
+from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
 logger = logging.getLogger(__name__)
 # Set (e.g. by `make demo`) to also copy the outputs to a local directory.
@@ -113,7 +113,7 @@ class AnalysisOutputs(NamedTuple):
     problems: list[str]
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float) -> AnalysisOutputs:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
     them as files (report.html, results / steps / loss_parity / held_out_parity as .parquet and .csv,
@@ -149,7 +149,7 @@ class NothingKept(click.ClickException):
     and report were written (a click error: the CLI prints the list without a traceback)."""
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def require_nothing_lost(problems: list[str]) -> None:
     """Fail (a non-zero exit, a failed execution) when anything measured was not stored, logged or exported."""
     if problems:

@@ -101,7 +101,7 @@ def download_model(model_name: str, version: str = "") -> FlyteDirectory:
     return FlyteDirectory(str(path))
 
 
-@task(container_image=training_image, requests=DOWNLOAD_RESOURCES)
+@task(container_image=training_image, requests=DOWNLOAD_RESOURCES, environment=REGISTRATION_ENV)
 def identify_sources(training_args: TrainingArgs) -> SourceVersions:
     """The versions of the dataset and the model (never cached: it reads local sources and the cache
     directory each time, downloading nothing)."""
@@ -128,7 +128,7 @@ def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, P
     return dataset_dir, model_dir, versions
 
 
-@task(container_image=training_image, requests=DOWNLOAD_RESOURCES)
+@task(container_image=training_image, requests=DOWNLOAD_RESOURCES, environment=REGISTRATION_ENV)
 def check_training_data(
     planned: list[PlannedRun], dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> list[PlannedRun]:

@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 
 # The training image: validation reads Liger's table of the model types it can patch.
-@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_frontier(
     training_args: TrainingArgs,
     arms: list[FrontierArm],
@@ -67,7 +67,12 @@ def plan_frontier(
     )
 
 
-@task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
+@task(
+    container_image=training_image,
+    requests=TRAIN_RESOURCES,
+    accelerator=TRAIN_ACCELERATOR,
+    environment=REGISTRATION_ENV,
+)
 def search_memory_frontier(
     search: FrontierSearch, dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> FrontierResult:
@@ -84,7 +89,7 @@ def search_memory_frontier(
     return result
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_frontier_throughput(
     results: list[FrontierResult | None],
     training_args: TrainingArgs,
@@ -112,7 +117,8 @@ class FrontierReport(NamedTuple):
     problems: list[str]
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
+# The training image: the memory model reads Liger's table from the installed liger-kernel (see tasks.plan).
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memory_gib: float) -> FrontierOutputs:
     """The dry run's outputs: the predicted frontier of every search (in place of the frontier table), no probes,
     no throughput runs, and the plan report (frontier_plan.html, also the Deck)."""
@@ -133,7 +139,7 @@ def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memo
     return FrontierOutputs(table, pd.DataFrame(), pd.DataFrame(), report_file)
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_frontier(
     searches: list[FrontierSearch],
     results: list[FrontierResult | None],

@@ -13,7 +13,7 @@ from finetune_bench.kernels.report import build_kernel_report, comparison
 from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not_benchmarked, kernels_to_run
 from images import analysis_image, training_image
 from tasks.analysis import publish
-from tasks.settings import ANALYSIS_RESOURCES, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 from tasks.train import checked
 
 
@@ -24,14 +24,19 @@ class KernelPlan(NamedTuple):
 
 
 # The training image: liger-kernel is installed there, and its list of kernels is read from it.
-@task(container_image=training_image, requests=ANALYSIS_RESOURCES)
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
     """The kernels to run, and those Liger ships that have no case here; every problem of the sweep at once,
     before any GPU time is spent."""
     return KernelPlan(checked(lambda: kernels_to_run(sweep), sweep.check), kernels_not_benchmarked())
 
 
-@task(container_image=training_image, requests=TRAIN_RESOURCES, accelerator=TRAIN_ACCELERATOR)
+@task(
+    container_image=training_image,
+    requests=TRAIN_RESOURCES,
+    accelerator=TRAIN_ACCELERATOR,
+    environment=REGISTRATION_ENV,
+)
 def benchmark_kernel(sweep: KernelBenchmarkSettings, kernel: str) -> FlyteFile:
     """Every point of one kernel's sweep, measured in a child process of its own; its rows as a CSV."""
     from finetune_bench.kernels.run import run_kernel_in_child
@@ -49,7 +54,7 @@ class KernelOutputs(NamedTuple):
     report: FlyteFile
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_benchmarked: list[str]) -> KernelOutputs:
     """Every row (Liger's benchmark-data columns plus status and reason), the provider-by-provider comparison,
     and the HTML report (also the Deck), written with the tables to the export directory when one is set."""

@@ -9,12 +9,14 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.prediction.grid import estimate_grid, target_gpu
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
-from images import analysis_image
+from images import training_image
 from tasks.analysis import publish
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
+# The training image: the memory model reads Liger's table (which kernels an arm patches) from the installed
+# liger-kernel, which the analysis image leaves out.
+@task(container_image=training_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_plan(
     planned: list[PlannedRun],
     gpu_kind: str,

@@ -21,6 +21,7 @@ from flytekit import Resources, Secret
 from flytekit.extras.accelerators import GPUAccelerator
 
 from finetune_bench.prediction.grid import train_accelerator
+from images.images import REGISTRY_ENV
 
 TRAIN_RESOURCES = Resources(
     cpu=os.environ.get("FINETUNE_BENCH_TRAIN_CPU", "8"),
@@ -60,12 +61,14 @@ WANDB_SECRET_KEY = os.environ.get("FINETUNE_BENCH_WANDB_SECRET") or "wandb_api_k
 WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY else []
 WANDB_API_URL = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")
 WANDB_APP_URL = (os.environ.get("WANDB_APP_URL") or WANDB_API_URL.replace("://api.", "://", 1)).rstrip("/")
-# The settings above as they were at registration, handed to the containers of the tasks that read them
-# at import (the download tasks, the train task, and the @dynamic that builds the map task at run time),
-# so that a pod imports the same task definitions as the ones registered. Never a key or token.
+# The settings above (and the images' registry, part of their ids) as they were at registration, handed to the
+# container of every task, so that a pod imports the same task definitions and images as the ones registered: the
+# @dynamic nodes build their sub-tasks from them at run time. One set but empty is handed on as empty (an empty
+# accelerator means any GPU, not the default). Never a key or token.
 REGISTRATION_ENV = {
     name: os.environ[name]
     for name in (
+        REGISTRY_ENV,
         "FINETUNE_BENCH_TRAIN_CPU",
         "FINETUNE_BENCH_TRAIN_MEM",
         "FINETUNE_BENCH_TRAIN_GPU",
@@ -77,7 +80,7 @@ REGISTRATION_ENV = {
         "WANDB_APP_URL",
         "FINETUNE_BENCH_WANDB_SECRET",
     )
-    if os.environ.get(name)
+    if name in os.environ
 }
 # WANDB_MODE=disabled turns W&B off remotely too; an `offline` left over from local runs is not passed on
 # (an offline run would die with its pod).

@@ -192,7 +192,7 @@ def runs_by_layout(planned: list[PlannedRun]) -> dict[tuple[int, int], list[Plan
     return groups
 
 
-@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES)
+@task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def concatenate_outputs(groups: list[list[TrainOutput | None]]) -> list[TrainOutput | None]:
     """The train outputs of every layout's map task as one list (the analysis pairs them with the plan by
     condition and run number)."""
