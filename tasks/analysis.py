@@ -23,6 +23,7 @@ from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import RunResult
 from images import analysis_image
+from tasks.execution import cluster_notes
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
@@ -114,14 +115,16 @@ class AnalysisOutputs(NamedTuple):
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
-def analyze_results(planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float) -> AnalysisOutputs:
+def analyze_results(
+    planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float, results_store: str = ""
+) -> AnalysisOutputs:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
     them as files (report.html, results / steps / loss_parity / held_out_parity as .parquet and .csv,
-    environment.json), and the
-    problems that left a measured run unstored, unlogged or unexported."""
+    environment.json), and the problems that left a measured run unstored, unlogged or unexported. On a cluster,
+    the report also says what the execution does not keep (`results_store` empty, no W&B)."""
     profile_dirs = profiles(outputs)
     analysis = analyze_grid(planned, *unpack(outputs), profile_dirs=profile_dirs)
-    report = grid_report(analysis, alpha=alpha)
+    report = grid_report(analysis, alpha=alpha, notes=cluster_notes(results_store))
     tables = {
         "results": analysis.table,
         "steps": analysis.steps,

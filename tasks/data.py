@@ -17,6 +17,7 @@ from finetune_bench.sources.datasets import prepare_dataset
 from finetune_bench.sources.models import prepare_model
 from finetune_bench.sources.versions import SourceVersions, source_versions
 from images import training_image
+from tasks.execution import on_cluster
 from tasks.settings import (
     DOWNLOAD_CACHE_VERSION,
     DOWNLOAD_RESOURCES,
@@ -103,9 +104,9 @@ def download_model(model_name: str, version: str = "") -> FlyteDirectory:
 
 @task(container_image=training_image, requests=DOWNLOAD_RESOURCES, environment=REGISTRATION_ENV)
 def identify_sources(training_args: TrainingArgs) -> SourceVersions:
-    """The versions of the dataset and the model (never cached: it reads local sources and the cache
-    directory each time, downloading nothing)."""
-    return source_versions(training_args)
+    """The versions of the dataset and the model (never cached: it reads local sources and, in a local run, the
+    cache directory each time, downloading nothing)."""
+    return source_versions(training_args, local=not on_cluster())
 
 
 def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, Promise, Promise]:

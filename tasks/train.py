@@ -32,6 +32,7 @@ from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image, training_image
 from tasks.analysis import EXPORT_DIR_ENV
+from tasks.execution import cluster_notes
 from tasks.records import TrainOutput
 from tasks.settings import (
     ANALYSIS_RESOURCES,
@@ -40,15 +41,20 @@ from tasks.settings import (
     TRAIN_RESOURCES,
     WANDB_SECRETS,
 )
-from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
+from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, require_wandb_key, with_wandb_link
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 # The training image: validation reads Liger's table of the model types it can patch. The registration settings:
-# the target GPU defaults to the train task's accelerator.
-@task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
+# the target GPU defaults to the train task's accelerator. The W&B secret: a missing one stops the execution here.
+@task(
+    container_image=training_image,
+    requests=ANALYSIS_RESOURCES,
+    environment=REGISTRATION_ENV,
+    secret_requests=WANDB_SECRETS,
+)
 def plan_benchmark(
     experiment_args: ExperimentArgs,
     training_args: TrainingArgs,
@@ -67,16 +73,19 @@ def plan_benchmark(
     """Validate the inputs (before anything is downloaded or trained) and list every run, each with its predicted
     peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched). Every
     problem is reported at once, one line each (`pyflyte run` prints them without a traceback). The plan (the
-    dry run's printout) goes to the task's log."""
+    dry run's printout) goes to the task's log, with what a cluster execution will not keep
+    (`tasks.execution.cluster_notes`)."""
     planned = checked(
         lambda: plan_runs(experiment_args, training_args, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
+        require_wandb_key,
     )
     target = target_gpu(gpu_kind, gpu_memory_gib, accelerator)
     estimate = estimate_grid(planned, target, gpu_hour_price, skip_predicted_oom)
-    logger.info("the plan:\n%s", plan_text(estimate))
+    notes = "".join(f"\nnote: {note}" for note in cluster_notes(results_store))
+    print(f"the plan:\n{plan_text(estimate)}{notes}", flush=True)
     return with_predictions(planned, estimate, skip_predicted_oom)
 
 

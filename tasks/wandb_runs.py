@@ -14,10 +14,12 @@ from flytekit.configuration import SerializationSettings
 from flytekit.core.base_task import PythonTask
 from flytekit.core.context_manager import FlyteContextManager
 
+from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.sources.cache import cache_root
+from tasks.execution import on_cluster
 from tasks.settings import WANDB_API_URL, WANDB_APP_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_SECRET_KEY
 
 logger = logging.getLogger(__name__)
@@ -28,11 +30,6 @@ WANDB_LINK_TYPE = "wandb-execution-id"
 _LOCAL_GROUPS: dict[str, str] = {}
 
 
-def _is_remote() -> bool:
-    state = FlyteContextManager.current_context().execution_state
-    return state is not None and state.mode is not None and not state.is_local_execution()
-
-
 def experiment_group() -> str:
     """The W&B group: the same for every condition of one workflow execution, different for the next.
 
@@ -40,7 +37,7 @@ def experiment_group() -> str:
     of one local map task share one sandbox directory, new for each execution: a group is made per sandbox.
     """
     params = current_context()
-    if _is_remote():
+    if on_cluster():
         return params.execution_id.name
     sandbox = str(params.working_directory)
     if sandbox not in _LOCAL_GROUPS:
@@ -50,7 +47,7 @@ def experiment_group() -> str:
 
 def wandb_run_id() -> str:
     """The W&B run id. Remote: the pod's HOSTNAME, which the Flyte UI's link (WANDB_LINK_TYPE) points at."""
-    if _is_remote():
+    if on_cluster():
         return os.environ.get("HOSTNAME") or f"{current_context().execution_id.name}-{uuid.uuid4().hex[:8]}"
     return f"local-{uuid.uuid4().hex[:12]}"
 
@@ -78,7 +75,7 @@ def condition_wandb_run_class() -> type:
     class condition_wandb_run(wandb_init):
         def execute(self, *args, **kwargs) -> Any:
             api_key, base_url = None, None
-            if _is_remote():
+            if on_cluster():
                 base_url = self.api_host
                 try:
                     if isinstance(self.secret, Secret):
@@ -95,6 +92,26 @@ def condition_wandb_run_class() -> type:
                 tracking.finish_open_runs()
 
     return condition_wandb_run
+
+
+def missing_key_reason() -> str:
+    return (
+        f"WANDB_ENTITY is {WANDB_ENTITY!r} but the task could not read the secret {WANDB_SECRET_KEY!r}: create it "
+        f"(`union create secret {WANDB_SECRET_KEY}`) or register without WANDB_ENTITY"
+    )
+
+
+def require_wandb_key() -> None:
+    """On a cluster, with WANDB_ENTITY registered: the W&B secret can be read (checked when planning, so that a
+    missing key stops the execution before any GPU time instead of leaving every run unlogged)."""
+    if not (WANDB_ENTITY and on_cluster()) or os.environ.get("WANDB_MODE", "").strip().lower() == "disabled":
+        return
+    try:
+        key = current_context().secrets.get(key=WANDB_SECRET_KEY)
+    except Exception:  # whatever flytekit raises for a missing secret
+        key = None
+    if not key:
+        raise SpecError(missing_key_reason())
 
 
 def with_wandb_link(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -119,14 +136,18 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
     """Log one run to W&B. A failure there never loses the measured result: it is added to the run's
     `problems` (the grid then ends with a failing status naming it)."""
     api_key, base_url = tracking.current_credentials()
-    mode = tracking.resolve_mode(api_key, local=not _is_remote())
+    mode = tracking.resolve_mode(api_key, local=not on_cluster())
+    if mode == "disabled" and on_cluster() and WANDB_ENTITY and not api_key and os.environ.get("WANDB_MODE") is None:
+        # asked for (an entity registered) and impossible: said, and the execution ends failing
+        result.problems.append(f"W&B: the run was not logged ({missing_key_reason()})")
+        return None
     if mode == "disabled":
         logger.info("W&B is off for %s#%d", result.condition_id, result.run_number)
         return None
     if mode == "online":
         # W&B waits about 90 s per run for a server it cannot reach: ask once, quickly, instead.
         why = tracking.unreachable(base_url or os.environ.get("WANDB_BASE_URL") or WANDB_API_URL)
-        if why and _is_remote():  # an offline run would die with the pod: the run is not logged
+        if why and on_cluster():  # an offline run would die with the pod: the run is not logged
             logger.warning("W&B: %s; %s#%d is not logged", why, result.condition_id, result.run_number)
             result.problems.append(f"W&B: the run was not logged ({why})")
             return None

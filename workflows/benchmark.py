@@ -7,7 +7,7 @@ union run --remote workflows/benchmark.py benchmarking_experiment --inputs-file 
 from functools import partial
 
 import pandas as pd
-from flytekit import conditional, dynamic, map_task, workflow
+from flytekit import conditional, map_task, workflow
 from flytekit.extras.accelerators import GPUAccelerator
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
@@ -19,6 +19,7 @@ from finetune_bench.sources.versions import SourceVersions
 from images import training_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import check_training_data, download_sources
+from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import require_unique_keys
 from tasks.plan import report_plan
 from tasks.records import TrainOutput
@@ -31,7 +32,7 @@ require_unique_keys()
 
 # The map tasks are built in this node's pod: it needs the settings the train tasks were registered with, and the
 # training image (the Elastic train tasks need torch to be defined).
-@dynamic(container_image=training_image, environment=REGISTRATION_ENV)
+@dynamic_node(container_image=training_image, environment=REGISTRATION_ENV)
 def run_benchmark(
     planned: list[PlannedRun],
     dataset_dir: FlyteDirectory,
@@ -98,7 +99,9 @@ def measure_grid(
         force_fresh=force_fresh,
         accelerator=accelerator,
     )
-    results, steps, report, files, problems = analyze_results(planned=planned, outputs=outputs, alpha=alpha)
+    results, steps, report, files, problems = analyze_results(
+        planned=planned, outputs=outputs, alpha=alpha, results_store=results_store
+    )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
     return results, steps, report, files

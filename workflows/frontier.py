@@ -7,7 +7,7 @@ union run --remote workflows/frontier.py memory_frontier --inputs-file inputs/fr
 
 from functools import partial
 
-from flytekit import conditional, dynamic, map_task, workflow
+from flytekit import conditional, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 
 from finetune_bench.frontier.search import FrontierResult
@@ -22,6 +22,7 @@ from finetune_bench.inputs.settings import TrainingArgs
 from images import analysis_image
 from tasks.analysis import require_nothing_lost
 from tasks.data import download_sources
+from tasks.dynamic import dynamic_node
 from tasks.frontier import (
     FrontierOutputs,
     plan_frontier,
@@ -38,7 +39,7 @@ from workflows.benchmark import run_benchmark
 require_unique_keys()
 
 
-@dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)
+@dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)
 def run_searches(
     searches: list[FrontierSearch],
     dataset_dir: FlyteDirectory,

@@ -7,11 +7,12 @@ union run --remote workflows/kernels.py kernel_benchmark --inputs-file inputs/ke
 
 from functools import partial
 
-from flytekit import dynamic, map_task, workflow
+from flytekit import map_task, workflow
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.kernels.settings import KernelBenchmarkSettings
 from images import analysis_image
+from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import require_unique_keys
 from tasks.kernels import KernelOutputs, benchmark_kernel, plan_kernels, report_kernels
 from tasks.settings import REGISTRATION_ENV
@@ -20,7 +21,7 @@ from tasks.settings import REGISTRATION_ENV
 require_unique_keys()
 
 
-@dynamic(container_image=analysis_image, environment=REGISTRATION_ENV)
+@dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)
 def run_kernels(sweep: KernelBenchmarkSettings, kernels: list[str]) -> list[FlyteFile]:
     """One task per kernel, one at a time (they share the GPU; what they measure must not overlap)."""
     return map_task(partial(benchmark_kernel, sweep=sweep), concurrency=1)(kernel=kernels)

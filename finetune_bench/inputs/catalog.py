@@ -107,6 +107,14 @@ def split_names(split: str) -> list[str]:
     return [part.split("[", 1)[0].strip() for part in split.split("+")]
 
 
+# A local path is read where the tasks run: with `union run --remote`, in the cluster's pods, not on the machine that
+# started the execution.
+WHERE_PATHS_ARE_READ = (
+    "a local path is read where the workflow's tasks run; on a cluster that is a pod, which does not see the files "
+    "of the machine the execution was started from: name a hub id there, or a path mounted in every pod"
+)
+
+
 def looks_like_path(name: str) -> bool:
     """A model or dataset name meant as a local path (not a hub id)."""
     return name.startswith(("/", "./", "../", "~"))
@@ -123,7 +131,9 @@ def check_model_name(model_name: str) -> None:
     elif looks_like_path(model_name):
         path = Path(model_name).expanduser()
         if not path.exists():
-            raise SpecError(f"training_args.model_name: the local path {model_name!r} does not exist")
+            raise SpecError(
+                f"training_args.model_name: the local path {model_name!r} does not exist ({WHERE_PATHS_ARE_READ})"
+            )
         if not (path.is_dir() and (path / "config.json").is_file()):
             raise SpecError(
                 f"training_args.model_name: {model_name!r} is not a model directory (a directory with a config.json)"
@@ -146,7 +156,9 @@ def check_dataset(dataset_name: str, config: str, split: str) -> None:
     if looks_like_path(dataset_name):
         path = Path(dataset_name).expanduser()
         if not path.exists():
-            raise SpecError(f"training_args.dataset_name: the local path {dataset_name!r} does not exist")
+            raise SpecError(
+                f"training_args.dataset_name: the local path {dataset_name!r} does not exist ({WHERE_PATHS_ARE_READ})"
+            )
         if path.is_file() and path.suffix not in LOCAL_DATASET_SUFFIXES:
             raise SpecError(
                 f"training_args.dataset_name: {dataset_name!r} is neither a `datasets.save_to_disk` directory nor a "

@@ -509,10 +509,12 @@ def build_report(
     profile: pd.DataFrame | None = None,
     scaling: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
+    notes: list[str] | None = None,
 ) -> Report:
     """The report from the results table (one row per run), the per-step table and the loss-parity table
     (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
-    left a measured run unstored or unlogged, shown first."""
+    left a measured run unstored or unlogged, shown first; `notes`: what the execution does not keep (on a
+    cluster: no persistent results store, no W&B), shown after them."""
     summary = condition_summary(table, swept)
     parity = parity if parity is not None else pd.DataFrame()
     comparison = arms_vs_baseline(summary, swept)
@@ -531,6 +533,8 @@ def build_report(
             f"report, but what follows went wrong around them (the workflow ends with a failing status):<ul>{items}"
             "</ul></div>"
         )
+    for note in notes or []:
+        overview.append(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>')
     counts = table["status"].value_counts()
     overview.append(
         "<p>"
@@ -670,7 +674,9 @@ def build_report(
     return Report(sections=sections)
 
 
-def grid_report(analysis: GridAnalysis, alpha: float = 0.05, experiment_name: str = "") -> Report:
+def grid_report(
+    analysis: GridAnalysis, alpha: float = 0.05, experiment_name: str = "", notes: list[str] | None = None
+) -> Report:
     """The report of a whole grid's analysis."""
     a = analysis
     return build_report(
@@ -685,4 +691,5 @@ def grid_report(analysis: GridAnalysis, alpha: float = 0.05, experiment_name: st
         profile=a.profile,
         scaling=a.scaling,
         ranks=a.ranks,
+        notes=notes,
     )

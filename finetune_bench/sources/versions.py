@@ -1,6 +1,10 @@
 """What a grid's model and dataset are, as versions: stable names of their content for the results store's key,
-and keys for Flyte's download cache that change when a local source is edited or the prepared copy is gone
-(a deleted cache directory), so a cached download never points at nothing or at stale data."""
+and keys for Flyte's download cache.
+
+A cache key is what is downloaded (the source, its parameters and, for a local source, its content). On a cluster
+that is all it is: a cached download's output lives in the execution's blob store, whichever pod asks. In a local
+run a cached output is the prepared copy's path on this machine, so there the key also changes when that copy is
+gone (a deleted cache directory): a cached download never points at nothing or at stale data."""
 
 import hashlib
 import uuid
@@ -18,8 +22,8 @@ from finetune_bench.sources.models import model_destination
 class SourceVersions:
     """`dataset` / `model`: what the sources hold (a prepared copy's name: its source, parameters and, for a
     local source, content; for a local model used in place, a fingerprint of its files). `*_cache_key`: the
-    same, plus a one-off nonce when the prepared copy is missing, so that Flyte's cache runs the download
-    again instead of returning a path that no longer exists."""
+    same in a cluster run; in a local run plus a one-off nonce when the prepared copy is missing, so that Flyte's
+    local cache runs the download again instead of returning a path that no longer exists."""
 
     dataset: str = ""
     model: str = ""
@@ -37,12 +41,15 @@ def files_fingerprint(directory: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _cache_key(version: str, prepared: Path) -> str:
-    return version if (prepared / COMPLETE_MARKER).exists() else f"{version}#missing-{uuid.uuid4().hex[:8]}"
+def _cache_key(version: str, prepared: Path, local: bool) -> str:
+    if not local or (prepared / COMPLETE_MARKER).exists():
+        return version
+    return f"{version}#missing-{uuid.uuid4().hex[:8]}"
 
 
-def source_versions(training_args: TrainingArgs) -> SourceVersions:
-    """The versions of `training_args`' dataset and model (reads local sources, downloads nothing)."""
+def source_versions(training_args: TrainingArgs, local: bool = True) -> SourceVersions:
+    """The versions of `training_args`' dataset and model (reads local sources, downloads nothing); `local`: for
+    a local run's cache (see the module's docstring)."""
     t = training_args
     dataset = dataset_destination(
         t.dataset_name,
@@ -60,6 +67,6 @@ def source_versions(training_args: TrainingArgs) -> SourceVersions:
     return SourceVersions(
         dataset=dataset.name,
         model=model_version,
-        dataset_cache_key=_cache_key(dataset.name, dataset),
-        model_cache_key=model_version if local_model else _cache_key(model_version, model),
+        dataset_cache_key=_cache_key(dataset.name, dataset, local),
+        model_cache_key=model_version if local_model else _cache_key(model_version, model, local),
     )

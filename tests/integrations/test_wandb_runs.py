@@ -532,7 +532,7 @@ def test_an_unreachable_server_on_a_cluster_leaves_the_run_unlogged_and_says_so(
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setattr(task_wandb, "_is_remote", lambda: True)
+    monkeypatch.setattr(task_wandb, "on_cluster", lambda: True)
     tracking.unreachable.cache_clear()
     result = _a_result()
     assert task_wandb.log_to_wandb(result) is None

@@ -79,3 +79,12 @@ def test_a_model_that_cannot_be_fetched_is_one_clear_error(cache_dir, monkeypatc
     message = error.value.format_message()
     assert message.startswith("the model 'no-such-org/no-such-model' could not be prepared: ")
     assert "\n" not in message
+
+
+def test_on_a_cluster_a_cache_key_is_what_is_downloaded_whatever_the_pod_holds(tmp_path, monkeypatch):
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "fresh-pod"))
+    args = TrainingArgs(dataset_name="tatsu-lab/alpaca", model_name="meta-llama/Llama-3.2-1B")
+    keys = [source_versions(args, local=False) for _ in range(2)]
+    assert keys[0] == keys[1]
+    assert (keys[0].dataset_cache_key, keys[0].model_cache_key) == (keys[0].dataset, keys[0].model)
+    assert "#missing" in source_versions(args, local=True).dataset_cache_key  # locally, the missing copy shows

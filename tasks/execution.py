@@ -1,0 +1,35 @@
+"""Where a task runs: in a cluster's pod, or in a local `pyflyte run`; and what a cluster run leaves behind that a
+local one does not."""
+
+import os
+
+from flytekit.core.context_manager import FlyteContextManager
+
+from tasks.settings import WANDB_ENTITY
+
+NO_RESULTS_STORE = (
+    "results_store is empty: each finished run is kept on its train pod's disk, which goes with the pod, so a later "
+    "execution can neither resume this grid nor reuse its runs. Set results_store to a bucket URL the pods can write "
+    "(s3://..., gs://..., abfs://...) for that."
+)
+NO_WANDB = (
+    "WANDB_ENTITY was not set when the workflow was registered: the runs are not logged to Weights & Biases "
+    "(see docs/cluster.md)."
+)
+
+
+def on_cluster() -> bool:
+    """True in a cluster's pod (flytekit runs the task from its container command), False in a local run."""
+    state = FlyteContextManager.current_context().execution_state
+    return state is not None and state.mode is not None and not state.is_local_execution()
+
+
+def cluster_notes(results_store: str) -> list[str]:
+    """What this cluster execution will not keep, said in the plan and in the report (none locally, where
+    the default results store and offline W&B runs stay on this machine)."""
+    if not on_cluster():
+        return []
+    notes = [] if results_store else [NO_RESULTS_STORE]
+    if not WANDB_ENTITY and os.environ.get("WANDB_MODE", "").strip().lower() != "disabled":
+        notes.append(NO_WANDB)
+    return notes
