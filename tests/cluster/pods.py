@@ -13,7 +13,6 @@ outputs gathered into lists, a failed item None where `min_success_ratio` allows
 
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from flyteidl.core import dynamic_job_pb2, errors_pb2, literals_pb2, tasks_pb2
 START = "start-node"
 # The modules a pod's Python must not find: the project's checkout (installed in editable mode here; a real image
 # has the package installed from /root), and, for the analysis image, the training stack it leaves out.
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import importlib.abc, os, sys
 sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
 blocked = set(os.environ.get("POD_BLOCKED_MODULES", "").split())
@@ -38,7 +37,7 @@ class Blocked(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r} (not in this pod's image)", name=name)
 if blocked:
     sys.meta_path.insert(0, Blocked())
-'''
+"""
 
 
 class PodFailed(AssertionError):
@@ -69,6 +68,8 @@ class Cluster:
     workdir: Path
     blocked_by_image: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The cluster's secrets (key -> value), handed to a pod whose template requests them, as Flyte does.
+    secrets: dict[str, str] = field(default_factory=dict)
     pods: list[Pod] = field(default_factory=list)
     timeout_s: int = 900
 
@@ -202,6 +203,9 @@ class Cluster:
             **{e.key: e.value for e in template.container.env},
             **self.extra_env,
         }
+        for secret in template.security_context.secrets:
+            if secret.key in self.secrets:
+                env[f"_FSEC_{secret.key.upper()}"] = self.secrets[secret.key]
         if index is not None:
             env.update(BATCH_JOB_ARRAY_INDEX_VAR_NAME="FLYTE_K8S_ARRAY_INDEX", FLYTE_K8S_ARRAY_INDEX=str(index))
         with open(directory / "log.txt", "w+") as log:

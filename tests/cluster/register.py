@@ -23,9 +23,9 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.image_spec.default_builder import create_docker_context
 from flytekit.image_spec.image_spec import ImageBuildEngine
 from flytekit.models import task as task_models
-from flytekit.models.literals import Literal, LiteralMap
 from flytekit.models.admin.workflow import WorkflowSpec
 from flytekit.models.core.identifier import Identifier, ResourceType
+from flytekit.models.literals import Literal, LiteralMap
 from flytekit.remote.remote import FlyteRemote
 from flytekit.tools.translator import get_serializable
 
@@ -54,7 +54,9 @@ def main(out: Path, cli_args: list[str]) -> int:
         shutil.copy(to_upload, target)
         return b"", str(target)
 
-    def register_workflow(self, entity, serialization_settings=None, version=None, default_launch_plan=True, options=None):
+    def register_workflow(
+        self, entity, serialization_settings=None, version=None, default_launch_plan=True, options=None
+    ):
         serialization_settings.version = version
         entities = OrderedDict()
         get_serializable(entities, serialization_settings, entity, options)
@@ -97,9 +99,11 @@ def main(out: Path, cli_args: list[str]) -> int:
 
     try:
         union_main(cli_args, standalone_mode=False)
-    except Registered:
-        return 0
-    return 1
+    except (Registered, SystemExit, Exception) as stop:  # union's CLI wraps what run_remote raises
+        if not (out / "inputs.pb").exists():
+            raise
+        print(f"registered ({type(stop).__name__})")
+    return 0 if (out / "inputs.pb").exists() else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,310 @@
+"""`union run --remote` as far as a CPU machine can prove it: each workflow registered by union's own CLI as a user
+runs it (default fast registration, from another working directory, the image build replaced by flytekit's writing
+of the build context), then every serialized task run through flytekit's pod entrypoints in a fresh pod-like
+directory that holds only what its image copies to /root (the analysis image's pods without the training stack).
+What it does not prove: the image build on Union, the Kubeflow operator, NCCL across pods, GPU drivers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import pytest
+from flyteidl.core import literals_pb2
+from flytekit.configuration import SERIALIZED_CONTEXT_ENV_VAR, SerializationSettings
+
+from images.images import PROJECT_ROOT, TRAINING_ONLY
+from tests.cluster.pods import Cluster
+
+REGISTER = Path(__file__).with_name("register.py")
+# Values no template may carry: a key in the registering shell's environment.
+WANDB_KEY = "wandbKEYfromTHEshell0123456789abcdef"
+HF_TOKEN = "hf_TOKENfromTHEshell0123456789abcdef"
+BLOCKED = {"finetune-bench-analysis": [name.replace("-", "_") for name in TRAINING_ONLY]}
+BENCHMARK_INPUTS = """
+experiment_args:
+  arm: [liger, baseline]
+training_args:
+  model_name: "random:tiny-llama"
+  dataset_name: "synthetic:alpaca"
+  synthetic_num_examples: 16
+  max_seq_length: 32
+  max_steps: 2
+  timing_warmup_steps: 1
+"""
+FRONTIER_INPUTS = """
+training_args:
+  model_name: "random:tiny-llama"
+  dataset_name: "synthetic:alpaca"
+  synthetic_num_examples: 16
+  synthetic_min_words: 40
+  synthetic_max_words: 50
+  backend: "plain_loop"
+  max_seq_length: 32
+arms:
+  - arm: baseline
+batch_size_search: {enabled: true, start: 1, cap: 2}
+seq_length_search: {enabled: false}
+probes: {max_steps: 2, timing_warmup_steps: 1, retries: 1, confirmations: 1, timeout_s: 300}
+"""
+KERNEL_INPUTS = """
+sweep:
+  kernels: [rms_norm]
+  model: "tiny-llama"
+  tokens: [16]
+  device: "cpu"
+"""
+# name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
+REGISTRATIONS = {
+    "benchmark": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {}, "elsewhere"),
+    "any_gpu": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {"FINETUNE_BENCH_TRAIN_ACCELERATOR": ""}, ""),
+    "h100": (
+        "benchmark",
+        "benchmarking_experiment",
+        BENCHMARK_INPUTS,
+        {"FINETUNE_BENCH_TRAIN_ACCELERATOR": "nvidia-h100"},
+        "",
+    ),
+    "frontier": ("frontier", "memory_frontier", FRONTIER_INPUTS, {}, "elsewhere"),
+    "kernels": ("kernels", "kernel_benchmark", KERNEL_INPUTS, {}, "elsewhere"),
+}
+
+
+def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FINETUNE_BENCH_", "WANDB_", "FLYTE"))}
+    env.update(HOME=str(home), WANDB_API_KEY=WANDB_KEY, HF_TOKEN=HF_TOKEN, FINETUNE_BENCH_HF_TOKEN_SECRET="hf_token")
+    return {**env, **overrides}
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory) -> dict[str, Path]:
+    """Every registration of REGISTRATIONS, side by side (each a fresh process running union's CLI)."""
+    base = tmp_path_factory.mktemp("registered")
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    running = {}
+    for name, (module, workflow, inputs, overrides, cwd) in REGISTRATIONS.items():
+        (base / f"{name}.yaml").write_text(inputs)
+        args = ["--config", str(PROJECT_ROOT / "flyte-local.yaml"), "run", "--remote"]
+        args += [
+            str(PROJECT_ROOT / "workflows" / f"{module}.py"),
+            workflow,
+            "--inputs-file",
+            str(base / f"{name}.yaml"),
+        ]
+        log = open(base / f"{name}.log", "w")  # noqa: SIM115 (closed below)
+        home = base / f"home-{name}"
+        home.mkdir()
+        process = subprocess.Popen(
+            [sys.executable, str(REGISTER), str(base / name), "--", *args],
+            cwd=elsewhere if cwd == "elsewhere" else PROJECT_ROOT,
+            env=_registration_env(home, overrides),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        running[name] = (process, log)
+    for name, (process, log) in running.items():
+        assert process.wait(timeout=600) == 0, (base / f"{name}.log").read_text()[-3000:]
+        log.close()
+    return {name: base / name for name in REGISTRATIONS}
+
+
+def _cluster(registered: Path, tmp_path: Path) -> Cluster:
+    return Cluster(registered, tmp_path / "cluster", blocked_by_image=BLOCKED, secrets={"hf_token": "hf_inTHEcluster"})
+
+
+def _python(literal: literals_pb2.Literal):
+    scalar = literal.scalar
+    if scalar.HasField("primitive"):
+        return getattr(scalar.primitive, scalar.primitive.WhichOneof("value"))
+    return msgpack.loads(scalar.binary.value)
+
+
+def _pod(cluster: Cluster, suffix: str):
+    (pod,) = [p for p in cluster.pods if p.task.endswith(suffix)]
+    return pod
+
+
+def _read(path: Path, message):
+    parsed = message()
+    parsed.ParseFromString(path.read_bytes())
+    return parsed
+
+
+# --- the benchmark ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(registered, tmp_path_factory) -> tuple[Cluster, literals_pb2.LiteralMap]:
+    cluster = _cluster(registered["benchmark"], tmp_path_factory.mktemp("benchmark"))
+    return cluster, cluster.execute()
+
+
+def test_every_benchmark_task_runs_in_its_pod_and_the_grid_trains_and_reports(benchmark_run):
+    cluster, outputs = benchmark_run
+    ran = [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods]
+    assert ran[:6] == [
+        "plan_benchmark",
+        "identify_sources",
+        "download_dataset",
+        "download_model",
+        "check_training_data",
+        "run_benchmark",
+    ]
+    assert sum(task.startswith("map_train_condition") for task in ran) == 2  # the two runs, one pod each
+    assert ran[-2:] == ["analyze_results", "require_nothing_lost"]
+    assert all(pod.outputs is not None or pod.futures is not None for pod in cluster.pods)
+    # the map items trained: each result says ok
+    items = [pod for pod in cluster.pods if "map_train_condition" in pod.task]
+    statuses = [_python(pod.outputs.literals["o0"])["result"]["status"] for pod in items]
+    assert statuses == ["ok", "ok"], statuses
+    # the report was rendered by the analysis pod, without torch, and says what a cluster run does not keep
+    analysis = _pod(cluster, "analyze_results")
+    assert (
+        analysis.image.split(":")[0].endswith("finetune-bench-analysis")
+        and "torch" in analysis.env["POD_BLOCKED_MODULES"]
+    )
+    report = Path(outputs.literals["o2"].scalar.blob.uri).read_text()
+    assert "2 runs of 2 conditions: 2 ok" in report
+    assert "results_store is empty" in report
+    plan = _pod(cluster, "plan_benchmark").log
+    assert "the plan:" in plan and "note: results_store is empty" in plan
+
+
+def test_two_identify_sources_pods_give_the_same_cache_keys(benchmark_run, tmp_path):
+    cluster, _ = benchmark_run
+    first = _pod(cluster, "identify_sources")
+    again = cluster.run_pod(
+        cluster.tasks[first.task], _read(first.directory / "io" / "inputs.pb", literals_pb2.LiteralMap)
+    )
+    assert again.directory != first.directory
+    keys = [_python(pod.outputs.literals["o0"]) for pod in (first, again)]
+    assert keys[0] == keys[1] and "#missing" not in json.dumps(keys[0])
+
+
+def _dynamic_inputs(cluster: Cluster, **changes) -> literals_pb2.LiteralMap:
+    inputs = _read(_pod(cluster, "run_benchmark").directory / "io" / "inputs.pb", literals_pb2.LiteralMap)
+    for name, value in changes.items():
+        inputs.literals[name].CopyFrom(
+            literals_pb2.Literal(scalar=literals_pb2.Scalar(primitive=literals_pb2.Primitive(string_value=value)))
+        )
+    return inputs
+
+
+def _futures_of(registration: Path, inputs: literals_pb2.LiteralMap, tmp_path: Path):
+    cluster = _cluster(registration, tmp_path)
+    template = cluster.tasks["workflows.benchmark.run_benchmark"]
+    return cluster, template, cluster.run_pod(template, inputs).futures
+
+
+def _train_accelerators(futures) -> set[str]:
+    """The GPU each array node's train task asks for: the node's override, else the task's own."""
+    tasks = {t.id.name: t for t in futures.tasks}
+    devices = set()
+    for node in futures.nodes:
+        if node.HasField("array_node"):
+            sub = node.array_node.node.task_node
+            override = sub.overrides.extended_resources.gpu_accelerator.device
+            devices.add(override or tasks[sub.reference_id.name].extended_resources.gpu_accelerator.device)
+    return devices
+
+
+@pytest.mark.parametrize(
+    ("registration", "accelerator", "expected"),
+    [
+        ("benchmark", "", "nvidia-tesla-a100"),
+        ("any_gpu", "", ""),
+        ("h100", "", "nvidia-h100"),
+        ("benchmark", "L4", "nvidia-l4"),
+    ],
+    ids=["unset", "empty-any-gpu", "registered-h100", "inputs-override"],
+)
+def test_the_dynamic_node_maps_registered_images_accelerator_and_settings(
+    registered, benchmark_run, tmp_path, registration, accelerator, expected
+):
+    cluster, template, futures = _futures_of(
+        registered[registration], _dynamic_inputs(benchmark_run[0], accelerator=accelerator), tmp_path
+    )
+    info = json.loads((registered[registration] / "registered.json").read_text())
+    images = {image["image"] for image in info["images"].values()}
+    assert futures.tasks and {t.container.image for t in futures.tasks} <= images
+    registered_env = {e.key: e.value for e in template.container.env if e.key != SERIALIZED_CONTEXT_ENV_VAR}
+    for task in futures.tasks:
+        assert {e.key: e.value for e in task.container.env} == registered_env, task.id.name
+    assert _train_accelerators(futures) == {expected}
+    if registration == "any_gpu":
+        assert registered_env["FINETUNE_BENCH_TRAIN_ACCELERATOR"] == ""
+
+
+def test_images_do_not_depend_on_the_working_directory_or_cache_files(registered):
+    infos = [json.loads((registered[name] / "registered.json").read_text()) for name in ("benchmark", "any_gpu")]
+    names = [{k: (v["id"], v["image"]) for k, v in info["images"].items()} for info in infos]
+    assert names[0] == names[1]  # registered from another directory and from the project root
+    context = Path(infos[0]["images"]["finetune-bench-train"]["context"]) / "src"
+    copied = {p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()}
+    assert {"requirements.lock", "pyproject.toml", "tasks/train_ranks.py", "finetune_bench/running/worker.py"} <= copied
+    assert not [p for p in copied if "__pycache__" in p or p.startswith(("tests/", "docs/", ".venv/"))]
+    assert "bitsandbytes==0.49.2" in (context.parent / "requirements_uv.txt").read_text()  # the switchback arm
+
+
+def _everything_registered(registration: Path) -> list[bytes]:
+    blobs = [path.read_bytes() for path in (registration / "entities").rglob("*.pb")]
+    for path in (registration / "entities").rglob("*.pb"):
+        text = path.read_bytes().decode("latin-1")
+        if SERIALIZED_CONTEXT_ENV_VAR in text:
+            from flyteidl.admin import task_pb2
+
+            template = _read(path, task_pb2.TaskSpec).template
+            env = {e.key: e.value for e in template.container.env}
+            blobs.append(SerializationSettings.from_transport(env[SERIALIZED_CONTEXT_ENV_VAR]).to_json().encode())
+    return blobs
+
+
+def test_no_template_carries_a_local_path_or_a_secret(registered, benchmark_run):
+    cluster, _ = benchmark_run
+    futures = [pod.directory / "io" / "out" / "futures.pb" for pod in cluster.pods if pod.futures is not None]
+    blobs = [path.read_bytes() for path in futures]
+    for registration in registered.values():
+        blobs += _everything_registered(registration)
+    # the bundles' locations stand for bucket URLs here: the one path a template carries
+    for registration in registered.values():
+        blobs = [b.replace(str(registration / "blobs").encode(), b"s3://bucket") for b in blobs]
+    base = next(iter(registered.values())).parent
+    for forbidden in (str(PROJECT_ROOT), str(base), WANDB_KEY, HF_TOKEN):
+        assert not [b for b in blobs if forbidden.encode() in b], f"{forbidden!r} in a registered template"
+    assert len(blobs) > 20 and any(SERIALIZED_CONTEXT_ENV_VAR.encode() in b for b in blobs)
+
+
+def test_a_dry_run_plans_a_liger_arm_on_the_cluster(registered, tmp_path):
+    cluster = _cluster(registered["benchmark"], tmp_path)
+    inputs = _read(registered["benchmark"] / "inputs.pb", literals_pb2.LiteralMap)
+    inputs.literals["dry_run"].CopyFrom(
+        literals_pb2.Literal(scalar=literals_pb2.Scalar(primitive=literals_pb2.Primitive(boolean=True)))
+    )
+    outputs = cluster.execute(inputs)
+    assert [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods] == ["plan_benchmark", "report_plan"]
+    assert "liger" in Path(outputs.literals["o2"].scalar.blob.uri).read_text()
+
+
+# --- the memory frontier and the kernel benchmark -----------------------------------------------------------------
+
+
+def test_every_frontier_task_runs_in_its_pod(registered, tmp_path):
+    cluster = _cluster(registered["frontier"], tmp_path)
+    outputs = cluster.execute()
+    ran = {pod.task.rsplit(".", 1)[-1] for pod in cluster.pods}
+    assert {"plan_frontier", "run_searches", "plan_frontier_throughput", "run_benchmark", "report_frontier"} <= ran
+    assert any(task.startswith("map_search_memory_frontier") for task in ran)
+    assert len(outputs.literals) == 4
+
+
+def test_every_kernel_benchmark_task_runs_in_its_pod(registered, tmp_path):
+    cluster = _cluster(registered["kernels"], tmp_path)
+    cluster.execute()
+    ran = [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods]
+    assert ran[0] == "plan_kernels" and ran[1] == "run_kernels" and ran[-1] == "report_kernels"
+    (item,) = [pod for pod in cluster.pods if "map_benchmark_kernel" in pod.task]
+    rows = Path(item.outputs.literals["o0"].scalar.blob.uri).read_text()
+    assert "rms_norm" in rows and ",ok," in rows
