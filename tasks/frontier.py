@@ -25,6 +25,7 @@ from finetune_bench.frontier.settings import (
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
+    frontier_arms,
     plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 @task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_frontier(
     training_args: TrainingArgs,
-    arms: list[FrontierArm],
+    arms: list[FrontierArm] | None,
     batch_size_search: BatchSizeSearch,
     seq_length_search: SeqLengthSearch,
     probes: ProbeSettings,
@@ -61,7 +62,7 @@ def plan_frontier(
     """Validate the inputs (before anything is downloaded or probed) and list the searches; every problem is
     reported at once."""
     return checked(
-        lambda: plan_searches(training_args, arms, batch_size_search, seq_length_search, probes, n_runs),
+        lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
         lambda: check_plan_settings(gpu_kind, gpu_memory_gib, 0.0),
     )
@@ -93,12 +94,12 @@ def search_memory_frontier(
 def plan_frontier_throughput(
     results: list[FrontierResult | None],
     training_args: TrainingArgs,
-    arms: list[FrontierArm],
+    arms: list[FrontierArm] | None,
     n_runs: int,
     measure_throughput: bool,
 ) -> list[PlannedRun]:
     """The throughput runs at the batch frontiers (none when measure_throughput is off)."""
-    return plan_throughput_runs(results, training_args, arms, n_runs) if measure_throughput else []
+    return plan_throughput_runs(results, training_args, frontier_arms(arms), n_runs) if measure_throughput else []
 
 
 class FrontierOutputs(NamedTuple):

@@ -63,7 +63,7 @@ SMOKE_TRAINING_ARGS = TrainingArgs(
 def measure_frontiers(
     searches: list[FrontierSearch],
     training_args: TrainingArgs,
-    arms: list[FrontierArm],
+    arms: list[FrontierArm] | None,
     measure_throughput: bool,
     n_runs: int,
     concurrency: int,
@@ -107,7 +107,9 @@ def measure_frontiers(
 @workflow
 def memory_frontier(
     training_args: TrainingArgs = SMOKE_TRAINING_ARGS,
-    arms: list[FrontierArm] = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")],  # noqa: B006
+    # None: liger and baseline (finetune_bench.frontier.settings.DEFAULT_ARMS). Not a list of dataclasses as a
+    # default: pyflyte cannot convert one into a command-line default.
+    arms: list[FrontierArm] | None = None,
     batch_size_search: BatchSizeSearch = BatchSizeSearch(start=1, cap=4),
     seq_length_search: SeqLengthSearch = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
     probes: ProbeSettings = ProbeSettings(

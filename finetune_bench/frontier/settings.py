@@ -28,6 +28,15 @@ class FrontierArm(StrictFromJson):
     arm: str = "baseline"
 
 
+# The arms when an inputs file names none: Liger against the baseline.
+DEFAULT_ARMS = ("liger", "baseline")
+
+
+def frontier_arms(arms: list[FrontierArm] | None) -> list[FrontierArm]:
+    """`arms`, or DEFAULT_ARMS when none are given (None; an empty list is an empty list, refused when planned)."""
+    return [FrontierArm(arm=name) for name in DEFAULT_ARMS] if arms is None else arms
+
+
 def arm_overrides(arm: FrontierArm) -> dict:
     """The TrainingArgs settings the arm sets."""
     return dataclasses.asdict(arm)

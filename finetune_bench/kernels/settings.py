@@ -7,7 +7,7 @@ Stdlib only (planning and validation need no torch). The kernels and their refer
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finetune_bench.inputs.catalog import architecture_config, architectures
+from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.settings import StrictFromJson
 
@@ -166,7 +166,9 @@ def validate_kernel_settings(settings: KernelBenchmarkSettings) -> None:
     with problems.check():
         local = settings.compare_with and "://" not in settings.compare_with
         if local and not Path(settings.compare_with).expanduser().is_file():
-            raise SpecError(f"{key}.compare_with: {settings.compare_with!r} is not a file")
+            raise SpecError(
+                f"{key}.compare_with: {settings.compare_with!r} is not a file ({WHERE_PATHS_ARE_READ}, or a URL)"
+            )
     for name in ("warmup_ms", "rep_ms", "timeout_s"):
         with problems.check():
             value = getattr(settings, name)

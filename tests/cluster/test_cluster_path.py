@@ -16,7 +16,7 @@ from flyteidl.core import literals_pb2
 from flytekit.configuration import SERIALIZED_CONTEXT_ENV_VAR, SerializationSettings
 
 from images.images import PROJECT_ROOT, TRAINING_ONLY
-from tests.cluster.pods import Cluster
+from tests.cluster.pods import Cluster, PodFailed
 
 REGISTER = Path(__file__).with_name("register.py")
 # Values no template may carry: a key in the registering shell's environment.
@@ -67,7 +67,9 @@ REGISTRATIONS = {
         {"FINETUNE_BENCH_TRAIN_ACCELERATOR": "nvidia-h100"},
         "",
     ),
+    "wandb": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {"WANDB_ENTITY": "team"}, "elsewhere"),
     "frontier": ("frontier", "memory_frontier", FRONTIER_INPUTS, {}, "elsewhere"),
+    "frontier_defaults": ("frontier", "memory_frontier", None, {}, "elsewhere"),
     "kernels": ("kernels", "kernel_benchmark", KERNEL_INPUTS, {}, "elsewhere"),
 }
 
@@ -86,14 +88,11 @@ def registered(tmp_path_factory) -> dict[str, Path]:
     elsewhere.mkdir()
     running = {}
     for name, (module, workflow, inputs, overrides, cwd) in REGISTRATIONS.items():
-        (base / f"{name}.yaml").write_text(inputs)
         args = ["--config", str(PROJECT_ROOT / "flyte-local.yaml"), "run", "--remote"]
-        args += [
-            str(PROJECT_ROOT / "workflows" / f"{module}.py"),
-            workflow,
-            "--inputs-file",
-            str(base / f"{name}.yaml"),
-        ]
+        args += [str(PROJECT_ROOT / "workflows" / f"{module}.py"), workflow]
+        if inputs is not None:  # else the workflow's embedded defaults
+            (base / f"{name}.yaml").write_text(inputs)
+            args += ["--inputs-file", str(base / f"{name}.yaml")]
         log = open(base / f"{name}.log", "w")  # noqa: SIM115 (closed below)
         home = base / f"home-{name}"
         home.mkdir()
@@ -277,15 +276,32 @@ def test_no_template_carries_a_local_path_or_a_secret(registered, benchmark_run)
     assert len(blobs) > 20 and any(SERIALIZED_CONTEXT_ENV_VAR.encode() in b for b in blobs)
 
 
-def test_a_dry_run_plans_a_liger_arm_on_the_cluster(registered, tmp_path):
-    cluster = _cluster(registered["benchmark"], tmp_path)
-    inputs = _read(registered["benchmark"] / "inputs.pb", literals_pb2.LiteralMap)
+@pytest.mark.parametrize(
+    ("registration", "tasks", "report"),
+    [
+        ("benchmark", ["plan_benchmark", "report_plan"], "o2"),
+        ("frontier_defaults", ["plan_frontier", "report_frontier_plan"], "o3"),
+    ],
+)
+def test_a_dry_run_plans_a_liger_arm_on_the_cluster(registered, tmp_path, registration, tasks, report):
+    cluster = _cluster(registered[registration], tmp_path)
+    inputs = _read(registered[registration] / "inputs.pb", literals_pb2.LiteralMap)
     inputs.literals["dry_run"].CopyFrom(
         literals_pb2.Literal(scalar=literals_pb2.Scalar(primitive=literals_pb2.Primitive(boolean=True)))
     )
     outputs = cluster.execute(inputs)
-    assert [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods] == ["plan_benchmark", "report_plan"]
-    assert "liger" in Path(outputs.literals["o2"].scalar.blob.uri).read_text()
+    assert [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods] == tasks
+    assert "liger" in Path(outputs.literals[report].scalar.blob.uri).read_text()
+
+
+def test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning(registered, tmp_path):
+    cluster = _cluster(registered["wandb"], tmp_path)  # the cluster has no wandb_api_key secret
+    with pytest.raises(PodFailed) as failed:
+        cluster.execute()
+    assert [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods] == ["plan_benchmark"]
+    assert "WANDB_ENTITY is 'team' but the task could not read the secret 'wandb_api_key'" in str(failed.value)
+    requested = [s.key for s in cluster.tasks["tasks.train.plan_benchmark"].security_context.secrets]
+    assert "wandb_api_key" in requested
 
 
 # --- the memory frontier and the kernel benchmark -----------------------------------------------------------------
