@@ -83,7 +83,10 @@ class Cluster:
             for path in (self.registered / "entities" / "workflows").glob("*.pb")
         }
         self.info = json.loads((self.registered / "registered.json").read_text())
-        self.images = {image["image"]: Path(image["context"]) / "src" for image in self.info["images"].values()}
+        self.images = {
+            image["image"]: _root_of_image(Path(image["context"]), self.workdir / "images" / name)
+            for name, image in self.info["images"].items()
+        }
         self.bucket = self.workdir / "bucket"
         self.bucket.mkdir(parents=True, exist_ok=True)
         self.site = self.workdir / "site"
@@ -245,6 +248,21 @@ class Cluster:
             literal = done[binding.promise.node_id or START][binding.promise.var]
             return _attribute(literal, list(binding.promise.attr_path))
         raise NotImplementedError(f"binding {kind}")
+
+
+def _root_of_image(context: Path, root: Path) -> Path:
+    """What the image's Dockerfile copies from its build context into /root, as a directory."""
+    root.mkdir(parents=True)
+    for line in (context / "Dockerfile").read_text().splitlines():
+        words = [w for w in line.split() if not w.startswith("--")]
+        if words[:1] == ["COPY"] and len(words) == 3 and words[2].startswith("/root"):
+            source, target = context / words[1], root / words[2].removeprefix("/root").strip("/")
+            if source.is_dir():
+                shutil.copytree(source, target, dirs_exist_ok=True)
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, target)
+    return root
 
 
 def _parse(message_type, path: Path):

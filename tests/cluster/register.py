@@ -19,6 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from flytekit.core.context_manager import FlyteContextManager
+from flytekit.core.launch_plan import LaunchPlan
 from flytekit.core.type_engine import TypeEngine
 from flytekit.image_spec.default_builder import create_docker_context
 from flytekit.image_spec.image_spec import ImageBuildEngine
@@ -37,6 +38,7 @@ class Registered(Exception):
 def main(out: Path, cli_args: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, dict] = {}
+    defaults: dict[str, Literal] = {}
 
     def build(spec):
         context = out / "images" / spec.name
@@ -60,6 +62,9 @@ def main(out: Path, cli_args: list[str]) -> int:
         serialization_settings.version = version
         entities = OrderedDict()
         get_serializable(entities, serialization_settings, entity, options)
+        # the default launch plan, which the control plane creates with the workflow: its inputs' defaults
+        launch_plan = get_serializable(OrderedDict(), serialization_settings, LaunchPlan.get_or_create(entity))
+        defaults.update({name: p.default for name, p in launch_plan.spec.default_inputs.parameters.items()})
         for spec in entities.values():
             if isinstance(spec, task_models.TaskSpec):
                 kind, template = "tasks", spec.template
@@ -77,15 +82,15 @@ def main(out: Path, cli_args: list[str]) -> int:
 
     def run_remote(remote, entity, project, domain, inputs, run_level_params, type_hints=None):
         ctx = FlyteContextManager.current_context()
-        # as FlyteRemote.execute converts them: a value the CLI already made a literal is sent as it is
-        literals = LiteralMap(
-            {
-                name: value
-                if isinstance(value, Literal)
-                else TypeEngine.to_literal(ctx, value, type_hints[name], TypeEngine.to_literal_type(type_hints[name]))
-                for name, value in inputs.items()
-            }
-        )
+        # as FlyteRemote.execute converts them (a value the CLI already made a literal is sent as it is), and as the
+        # control plane starts an execution: the launch plan's defaults for the inputs not given
+        given = {
+            name: value
+            if isinstance(value, Literal)
+            else TypeEngine.to_literal(ctx, value, type_hints[name], TypeEngine.to_literal_type(type_hints[name]))
+            for name, value in inputs.items()
+        }
+        literals = LiteralMap({**{n: d for n, d in defaults.items() if d is not None}, **given})
         (out / "inputs.pb").write_bytes(literals.to_flyte_idl().SerializeToString())
         raise Registered()
 
