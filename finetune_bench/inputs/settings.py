@@ -185,6 +185,12 @@ class TrainingArgs(StrictFromJson):
         return self.num_gpus * self.num_nodes
 
     @property
+    def examples_per_step(self) -> int:
+        """Examples one step takes from the dataset over every rank (each accumulation step's batch on each GPU):
+        the fewest a dataset must hold for a batch to be what this condition says."""
+        return self.per_device_train_batch_size * self.world_size
+
+    @property
     def global_batch_size(self) -> int:
         """Sequences one optimizer step trains, over every rank."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size

@@ -147,7 +147,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
     _check_parallelism(training_args, where)
-    batch = training_args.per_device_train_batch_size * training_args.world_size
+    batch = training_args.examples_per_step
     generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
     training_examples = training_args.synthetic_num_examples - training_args.eval_examples
     if generated and training_args.eval_examples >= training_args.synthetic_num_examples:

@@ -51,7 +51,7 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
     refused = {}
     for run in checked:
         args = run.training_args
-        batch = 1 if args.backend == TRL else args.per_device_train_batch_size
+        batch = 1 if args.backend == TRL else args.examples_per_step
         try:
             if args.eval_examples in unsplittable:
                 raise NotOneBatch(unsplittable[args.eval_examples])

@@ -46,3 +46,21 @@ def test_runs_that_cannot_fill_a_batch_are_refused_before_launch(sources):
     trl = plan_runs(ExperimentArgs(max_seq_length=[8, 32]), TrainingArgs(backend="trl_sft"), 1)
     refused = [r.condition_id for r in refuse_unfillable(trl, dataset_dir, model_dir) if r.refused]
     assert refused == ["max_seq_length=8"]
+
+
+def test_on_two_ranks_the_data_must_fill_the_batch_of_both(sources):
+    """The batch is per GPU: data that fills one GPU's batch but not two is refused for two GPUs, as the
+    validation and the backends count it (`TrainingArgs.examples_per_step`)."""
+    from transformers import AutoTokenizer
+
+    dataset_dir, model_dir = sources
+    dataset, tokenizer = load_prompt_completion(dataset_dir), AutoTokenizer.from_pretrained(model_dir)
+    counts = usable_examples(dataset, tokenizer, list(range(8, 64, 2)))
+    total = TrainingArgs().synthetic_num_examples
+    length, usable = next((n, c) for n, c in counts.items() if 0 < c < total // 2)
+    training = TrainingArgs(backend="plain_loop", parallelism="ddp", max_seq_length=length)
+    planned = plan_runs(ExperimentArgs(per_device_train_batch_size=[usable], num_gpus=[1, 2]), training, 1)
+    assert not any(run.refused for run in planned)  # the generated dataset holds both batches
+    refused = {r.training_args.num_gpus: r.refused for r in refuse_unfillable(planned, dataset_dir, model_dir)}
+    assert refused[1] == ""
+    assert f"the dataset has {usable} usable examples, fewer than one batch of {2 * usable}" in refused[2]

@@ -152,7 +152,8 @@ class NotOneBatch(ValueError):
 
 def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int) -> None:
     """Fail unless `usable_examples` fill at least one batch of `batch_size` (a run never trains a batch
-    smaller than it says). No usable example at all usually means every prompt fills `max_seq_length`."""
+    smaller than it says): `TrainingArgs.examples_per_step`, the batch of every rank, wherever this is checked.
+    No usable example at all usually means every prompt fills `max_seq_length`."""
     if usable_examples >= batch_size:
         return
     hint = (

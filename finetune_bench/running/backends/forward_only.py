@@ -60,7 +60,7 @@ def train(
     model.eval()
 
     data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
-    require_one_batch(len(data), args.per_device_train_batch_size, args.max_seq_length)
+    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
     # The plain loop's batches: the same ones in the same order for the same seed.
     batches = training_batches(
         data,

@@ -52,7 +52,7 @@ def train(
     training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
-    require_one_batch(len(data), args.per_device_train_batch_size * args.world_size, args.max_seq_length)
+    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
     trainer = recording_trainer(Trainer, recorder)(
         model=loaded.model,
         args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),

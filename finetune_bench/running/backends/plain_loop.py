@@ -192,7 +192,7 @@ def train(
         collate_rows = collate_packed
     else:
         collate_rows = partial(collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of)
-    require_one_batch(len(data), args.per_device_train_batch_size * args.world_size, args.max_seq_length)
+    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
     batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
     optimizer = build_optimizer(args, model, work_dir)  # after sharding: FSDP's parameters are the shards
     scheduler = get_scheduler(

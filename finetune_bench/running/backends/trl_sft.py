@@ -67,7 +67,7 @@ def train(
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     if not args.packing:  # packed, several examples share a row: TRL counts the rows
-        require_one_batch(len(dataset), args.per_device_train_batch_size * args.world_size, args.max_seq_length)
+        require_one_batch(len(dataset), args.examples_per_step, args.max_seq_length)
     if args.packing:
         check_packing_isolates_examples(loaded.model)
     config = SFTConfig(
