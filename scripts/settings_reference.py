@@ -6,6 +6,7 @@ The meaning of each field is the comment above it in its dataclass; a test fails
 """
 
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +21,16 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = PROJECT_ROOT / "docs" / "settings.md"
 
 
+def _type_name(annotation: Any) -> str:
+    """`list[pkg.mod.FrontierArm] | None` as `list[FrontierArm] or None` (no `|`: it would split a table cell)."""
+    return re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", str(annotation)).replace(" | ", " or ")
+
+
 def workflow_inputs(function: Callable[..., Any]) -> str:
     """A workflow's top-level inputs: name, type and default, from its signature."""
     rows = ["| input | type | default |", "|---|---|---|"]
     for name, parameter in inspect.signature(function).parameters.items():
-        annotation = getattr(parameter.annotation, "__name__", str(parameter.annotation))
+        annotation = getattr(parameter.annotation, "__name__", None) or _type_name(parameter.annotation)
         default = parameter.default
         shown = "(the section above)" if hasattr(default, "__dataclass_fields__") else f"`{default!r}`"
         rows.append(f"| `{name}` | {annotation} | {shown} |")

@@ -1,5 +1,6 @@
-"""Weights & Biases for the train task: one run per condition (logged by `finetune_bench.tracking`), grouped
-by workflow execution, linked from the Flyte UI through flytekitplugins-wandb."""
+"""Weights & Biases for the train task: one run per condition (logged by
+`finetune_bench.integrations.wandb_runs`), grouped by workflow execution, linked from the Flyte UI through
+flytekitplugins-wandb."""
 
 import functools
 import logging
@@ -64,7 +65,7 @@ def condition_wandb_run_class() -> type:
     The plugin's `execute` opens one run around the whole task and finishes it outside any `finally`, so
     a failed local map item leaks its run into the next item. Here `execute` only fetches the API key
     (remote: the Flyte secret; local: none, `WANDB_API_KEY` is used if set) and hands it to
-    `finetune_bench.tracking` for this call alone (no `wandb.login`: nothing written to ~/.netrc, nothing
+    `finetune_bench.integrations.wandb_runs` for this call alone (no `wandb.login`: nothing written to ~/.netrc, nothing
     left for the next item); the task body opens and finishes the condition's run itself, and whatever
     run is still open when the task returns or raises is finished.
     Imported lazily: the analysis image, whose pods import the module that defines the train task

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.results.record import OK
 
 # Tolerances for "the same loss", with the `numpy.isclose` rule |liger - baseline| <= atol + rtol * |baseline|.
 # Liger's own bf16 convergence tests (test/convergence/bf16 in linkedin/Liger-Kernel) compare the per-step
@@ -119,7 +120,7 @@ def held_out_parity(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     ]
     if "arm" not in swept or "final_eval_loss" not in table or table["final_eval_loss"].isna().all():
         return pd.DataFrame(columns=columns)
-    evaluated = table[(table["status"] == "ok") & table["final_eval_loss"].notna()]
+    evaluated = table[(table["status"] == OK) & table["final_eval_loss"].notna()]
     if "eval_error" in evaluated:  # evaluations that stopped early have no loss after the last step
         evaluated = evaluated[evaluated["eval_error"].fillna("") == ""]
     keys = [*others, "run_number"]

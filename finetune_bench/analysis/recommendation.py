@@ -3,6 +3,8 @@ not), and the fastest configuration whose runs all finished, with the GPU memory
 
 import pandas as pd
 
+from finetune_bench.results.record import OK, OOM
+
 
 def largest_fitting_batch(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """Per arm and point of the other axes (batch size aside): the largest batch size with an ok run and
@@ -12,8 +14,8 @@ def largest_fitting_batch(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame
         return pd.DataFrame()
     keys = [axis for axis in swept if axis != batch] or ["_all"]
     keyed = table.assign(_all="all")
-    ok = keyed[keyed["status"] == "ok"].groupby(keys, dropna=False)[batch].max().rename("largest_ok_batch")
-    oom = keyed[keyed["status"] == "oom"].groupby(keys, dropna=False)[batch].min().rename("smallest_oom_batch")
+    ok = keyed[keyed["status"] == OK].groupby(keys, dropna=False)[batch].max().rename("largest_ok_batch")
+    oom = keyed[keyed["status"] == OOM].groupby(keys, dropna=False)[batch].min().rename("smallest_oom_batch")
     tried = keyed.groupby(keys, dropna=False)[batch].max().rename("largest_tried_batch")
     out = pd.concat([ok, oom, tried], axis=1).reset_index()
     for column in ("largest_ok_batch", "smallest_oom_batch"):

@@ -22,6 +22,7 @@ import pandas as pd
 from scipy import stats
 
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
+from finetune_bench.results.record import OK
 
 # Below this many pairs a bootstrap interval says nothing: it is not computed.
 MIN_PAIRS_FOR_CI = 3
@@ -38,7 +39,7 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     if "arm" not in swept:
         return pd.DataFrame()
     others = [axis for axis in swept if axis != "arm"]
-    ok = table[table["status"] == "ok"]
+    ok = table[table["status"] == OK]
     columns = [*others, "run_number", *METRICS]
     is_baseline = ok["arm"] == BASELINE
     pairs = ok.loc[~is_baseline, ["arm", *columns]].merge(

@@ -9,7 +9,7 @@ from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
 from finetune_bench.measuring.profiling import PROFILE_FILE
-from finetune_bench.results.record import LOST, RunResult
+from finetune_bench.results.record import LOST, OK, RunResult
 
 GIB = 1024**3
 # metric key in RunResult.metrics → column in the results table, and its scale.
@@ -134,7 +134,7 @@ def ranks_table(results: list[RunResult | None]) -> pd.DataFrame:
 def prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
     """Predicted against measured peak reserved memory, for every ok run that has both (error: predicted over
     measured, minus 1)."""
-    both = table[(table["status"] == "ok") & table["predicted_peak_reserved_gib"].notna()]
+    both = table[(table["status"] == OK) & table["predicted_peak_reserved_gib"].notna()]
     both = both[both["peak_reserved_gib"].notna()]
     columns = ["condition_id", "run_number", "predicted_peak_reserved_gib", "peak_reserved_gib"]
     errors = both[columns].copy()
@@ -176,7 +176,7 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """Per condition: runs, how they ended, the median of each headline metric over ok runs, and the
     run-to-run spread of throughput ((max − min) / median over ok runs; 0 with a single run)."""
     keys = swept or ["condition_id"]
-    ok = table[table["status"] == "ok"]
+    ok = table[table["status"] == OK]
     medians = ok.groupby(keys, dropna=False)[
         [
             "tokens_per_second",
@@ -191,7 +191,7 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     ].median()
     counts = table.groupby(keys, dropna=False).agg(
         runs=("run_number", "size"),
-        ok_runs=("status", lambda s: int((s == "ok").sum())),
+        ok_runs=("status", lambda s: int((s == OK).sum())),
         statuses=("status", lambda s: ", ".join(f"{k}×{v}" for k, v in s.value_counts().items())),
     )
     throughput = ok.groupby(keys, dropna=False)["tokens_per_second"]

@@ -36,10 +36,10 @@ from finetune_bench.frontier.settings import (
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, build_report
 from finetune_bench.reporting.html import Report, arm_palette, figure_html, table_html
-from finetune_bench.results.record import LOST
+from finetune_bench.results.record import ERROR, LOST, OK, OOM, TIMEOUT
 
 DIMENSION_LABELS = {BATCH_SIZE: "batch size", SEQ_LENGTH: "sequence length"}
-_PROBE_MARKERS = {"ok": "o", "oom": "X", "error": "s", "timeout": "v"}
+_PROBE_MARKERS = {OK: "o", OOM: "X", ERROR: "s", TIMEOUT: "v"}
 _MEMORY_COLUMNS = {
     "peak_reserved_bytes": "peak_reserved_gib",
     "peak_allocated_bytes": "peak_allocated_gib",
@@ -286,7 +286,7 @@ def build_frontier_report(
             "at its first step, or failed) is drawn on the capacity line, or on the top of the panel.</p>",
             table_html(probes.drop(columns=["error_tail"])),
         ]
-        for row in probes[~probes["status"].isin(["ok", "oom"])].itertuples():
+        for row in probes[~probes["status"].isin([OK, OOM])].itertuples():
             parts.append(
                 f"<h3>{html.escape(f'{row.arm}, {row.dimension}={row.value} (try {row.attempt}): {row.status}')}</h3>"
                 f"<p>{html.escape(str(row.reason))}</p><pre>{html.escape(str(row.error_tail or ''))}</pre>"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from finetune_bench.frontier.settings import FrontierSearch
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.results.record import OK, OOM  # the probe outcomes that decide; others (error, ...) are retried
 
 # How a search ended.
 FOUND = "found"  # the frontier fits (confirmed); the next size up ran out of memory
@@ -40,9 +41,6 @@ PREDICTED, INTERPOLATION = "predicted", "interpolation"
 # How far a guide's prediction may be off (the memory model's ±10 %): the first guided probe stays this far
 # below the predicted frontier, so that it most likely fits and measures the memory the next ones aim with.
 GUIDE_MARGIN = 0.10
-
-# Probe outcomes that decide something; any other ("error", "timeout") is retried.
-OK, OOM = "ok", "oom"
 
 
 @dataclass

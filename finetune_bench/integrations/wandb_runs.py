@@ -35,7 +35,7 @@ from typing import Any
 
 from finetune_bench.inputs.secrets import SECRET_NAME, redact, secret_values
 from finetune_bench.measuring.quality import perplexity
-from finetune_bench.results.record import RunResult
+from finetune_bench.results.record import OK, RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def run_summary(result: RunResult) -> dict[str, Any]:
         summary["details"] = dict(result.details)
     if result.liger_patches:
         summary["liger_patches"] = dict(result.liger_patches)
-    if result.status != "ok" and result.error_tail:
+    if result.status != OK and result.error_tail:
         summary["error_tail"] = result.error_tail[-ERROR_TAIL_CHARS:]
     return summary
 

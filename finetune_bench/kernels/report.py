@@ -17,6 +17,7 @@ import seaborn as sns  # noqa: E402
 
 from finetune_bench.kernels.settings import LIGER, REFERENCE_PROVIDERS, TORCH_COMPILE  # noqa: E402
 from finetune_bench.reporting.html import Report, figure_html, table_html  # noqa: E402
+from finetune_bench.results.record import OK
 
 # Within this much of 1, a ratio is a tie: Liger's own published points move by more than that between runs.
 TIE = 0.05
@@ -46,7 +47,7 @@ def _role(kernel: str, provider: str) -> str:
 def comparison(rows: pd.DataFrame) -> pd.DataFrame:
     """Per kernel, mode, metric and x: each provider's median (`liger`, `reference`, `torch_compile` when run),
     `speedup` (speed rows: reference over Liger) and `memory_ratio` (memory rows: Liger over reference)."""
-    ok = rows[(rows["status"] == "ok") & rows["y_value_50"].notna()].copy()
+    ok = rows[(rows["status"] == OK) & rows["y_value_50"].notna()].copy()
     if ok.empty:
         return pd.DataFrame()
     ok["role"] = [
@@ -124,7 +125,7 @@ def against_published(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     provider's figure beside the same provider's: ours, theirs, and Liger's speedup (or memory ratio) in both.
     Published rows on the same GPU are preferred where there are any; `published_gpu` says which was used."""
     if "status" not in published:  # Liger's own data: every row is a measurement
-        published = published.assign(status="ok")
+        published = published.assign(status=OK)
     # Model-config sweeps name a model as x: only numeric sizes compare with the points here.
     published = published.assign(x_value=pd.to_numeric(published["x_value"], errors="coerce"))
     published = published[published["x_value"].notna()]
@@ -221,7 +222,7 @@ def build_kernel_report(
             if not matched.empty
             else "<p>No published row has the kernel, mode, metric and x value of a point measured here.</p>"
         )
-    failures = rows[rows["status"] != "ok"]
+    failures = rows[rows["status"] != OK]
     sections["Failures"] = (
         table_html(
             failures[

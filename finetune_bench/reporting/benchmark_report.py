@@ -29,16 +29,17 @@ from finetune_bench.analysis.tables import (  # noqa: E402
 )
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
+from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT
 
 BATCH = "per_device_train_batch_size"
 SEQ = "max_seq_length"
 FAILED_STATUSES_MARK = {
-    "predicted_oom": "P-OOM",
-    "oom": "OOM",
-    "error": "ERR",
-    "timeout": "T/O",
-    "nonfinite": "NaN",
-    "lost": "LOST",
+    PREDICTED_OOM: "P-OOM",
+    OOM: "OOM",
+    ERROR: "ERR",
+    TIMEOUT: "T/O",
+    NONFINITE: "NaN",
+    LOST: "LOST",
 }
 
 CPU_WARNING = (
@@ -107,7 +108,7 @@ def _bar_panel(
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6, 5.5 * len(panels)), 4.2), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels, strict=True):
         subset = data[data["panel"] == panel]
-        ok = subset[(subset["status"] == "ok") & subset[metric].notna()]
+        ok = subset[(subset["status"] == OK) & subset[metric].notna()]
         if not ok.empty:
             sns.barplot(
                 data=ok, x=x, y=metric, hue="arm", order=order, hue_order=hue_order, palette=palette,
@@ -139,7 +140,7 @@ def _mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_
     """Write OOM / ERR / T/O / NaN / LOST where a condition has no ok run, at its bar's position."""
     width = 0.8 / max(len(hue_order), 1)
     for (x_value, arm), cell in subset.groupby([x, "arm"]):
-        if (cell["status"] == "ok").any():
+        if (cell["status"] == OK).any():
             continue
         worst = cell["status"].mode().iloc[0]
         position = order.index(x_value) - 0.4 + width * (hue_order.index(arm) + 0.5)
@@ -319,7 +320,7 @@ def verdicts(
             line += f", peak reserved memory {_span(memory)}"
         line += f" over {len(both)} condition(s)"
         if table is not None and "world_size" in table and "arm" in table:
-            mine = table[(table["arm"] == arm) & (table["status"] == "ok")]["world_size"]
+            mine = table[(table["arm"] == arm) & (table["status"] == OK)]["world_size"]
             if not mine.empty:
                 line += f" on {gpu_count_text(mine)}" + (" (memory: the largest rank's)" if mine.max() > 1 else "")
         if not fitting.empty:
@@ -342,7 +343,7 @@ def verdicts(
 def _prediction_html(table: pd.DataFrame) -> str:
     """The memory model's prediction against the measured peak of every ok run, and what it skipped."""
     parts = []
-    skipped = table[table["status"] == "predicted_oom"]
+    skipped = table[table["status"] == PREDICTED_OOM]
     if not skipped.empty:
         parts.append(
             f"<p>{len(skipped)} run(s) were not launched: the memory model predicts they run out of memory "
@@ -658,7 +659,7 @@ def build_report(
             sections["Profile"] += _profile_html(profile, swept)
 
     conditions = [table_html(summary)]
-    failures = table[table["status"] != "ok"]
+    failures = table[table["status"] != OK]
     if failures.empty:
         conditions.append("<p>No run failed.</p>")
     for row in failures.itertuples(index=False):

@@ -21,7 +21,7 @@ from pathlib import Path
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
-from finetune_bench.results.record import ERROR, PREDICTED_OOM, STOPPED, RunResult, says_out_of_memory
+from finetune_bench.results.record import ERROR, OK, OOM, PREDICTED_OOM, STOPPED, TIMEOUT, RunResult, says_out_of_memory
 from finetune_bench.results.store import (
     CorruptEntry,
     ResultStore,
@@ -268,7 +268,7 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
         run_number=run.run_number,
         swept_axes=list(run.swept_axes),
         training_args=run.training_args,
-        status="error",
+        status=ERROR,
         steps_file=str(steps_file) if steps_file.exists() else "",
         profile_dir=str(profile) if (profile / PROFILE_FILE).exists() else "",
     )
@@ -291,7 +291,7 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
         ):
             if name in record:
                 setattr(result, name, record[name])
-        if result.status != "ok" and not result.error_tail:
+        if result.status != OK and not result.error_tail:
             result.error_tail = _log_tail(work_dir)
         return result
     tail = _log_tail(work_dir)
@@ -300,10 +300,10 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
         with open(result.steps_file) as steps:
             result.details["steps_completed"] = str(max(sum(1 for _ in steps) - 1, 0))
     if timed_out:
-        result.status = "timeout"
+        result.status = TIMEOUT
         result.reason = f"no result within the {timeout_s:g} s timeout; the child was killed"
     elif says_out_of_memory(tail):
-        result.status = "oom"
+        result.status = OOM
         result.reason = f"out of memory (the child exited with status {returncode} before writing a result)"
     elif returncode < 0:
         name = signal.Signals(-returncode).name

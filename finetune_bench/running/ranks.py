@@ -272,7 +272,7 @@ def _gather_reports(store: "torch.distributed.Store", world_size: int, own: Rank
             reports[rank] = RankReport.from_json(store.get(f"report/{rank}").decode())
         except RuntimeError:  # its supervisor died, or hangs: the elastic agent reports it; the run is an error
             reason = f"{_NO_REPORT} within {_SUMMARY_GRACE_S:g} s of rank 0's end"
-            reports[rank] = RankReport(RankSummary(rank, -1, -1, "", "error", reason), {})
+            reports[rank] = RankReport(RankSummary(rank, -1, -1, "", ERROR, reason), {})
     return [reports[rank] for rank in range(world_size)]
 
 
@@ -318,7 +318,7 @@ def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None)
     culprit = _culprit(reports, failed)
     if culprit is not None:
         summary = culprit.summary
-        merged.status = summary.status if summary.status != STOPPED else "error"
+        merged.status = summary.status if summary.status != STOPPED else ERROR
         merged.reason = f"rank {summary.rank} (node {summary.node_rank}, GPU {summary.local_rank}): {summary.reason}"
         merged.error_tail = culprit.error_tail or rank0.error_tail
     for name in _RANK_ONLY_METRICS:  # one rank's view: the combined figures (or none) stand for the run

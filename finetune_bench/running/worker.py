@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from finetune_bench.results.record import says_out_of_memory
+from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, says_out_of_memory
 from finetune_bench.running import faults
 
 RESULT_FILE = "result.json"
@@ -89,23 +89,23 @@ def main(argv: list[str] | None = None) -> int:
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         if distributed:
             ranks.end_process_group()
-        result["status"] = "ok"
+        result["status"] = OK
         result["liger_patches"] = extra.pop("liger_patches", {})
         result["loss_path"] = extra.pop("loss_path", "")
         result["details"].update({k: str(v) for k, v in extra.items()})
     except torch.OutOfMemoryError as exc:
-        result.update(status="oom", reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+        result.update(status=OOM, reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
         result["error_tail"] = _tail(traceback.format_exc())
     except NonFiniteLoss as exc:
-        result.update(status="nonfinite", reason=f"non-finite loss: {exc}")
+        result.update(status=NONFINITE, reason=f"non-finite loss: {exc}")
         result["error_tail"] = _tail(traceback.format_exc())
     except LigerNotApplied as exc:
-        result.update(status="error", reason=f"liger not applied: {exc}")
+        result.update(status=ERROR, reason=f"liger not applied: {exc}")
     except Exception as exc:  # any other failure of this condition is its result, not a crash
         if says_out_of_memory(str(exc)):  # e.g. cuBLAS unable to allocate its handle: a RuntimeError
-            result.update(status="oom", reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+            result.update(status=OOM, reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
         else:
-            result.update(status="error", reason=f"{type(exc).__name__}: {_first_line(exc)}")
+            result.update(status=ERROR, reason=f"{type(exc).__name__}: {_first_line(exc)}")
         result["error_tail"] = _tail(traceback.format_exc())
     recorder.end_training()
     result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))
@@ -116,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     result["details"]["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
     (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
-    if distributed and result["status"] != "ok":
+    if distributed and result["status"] != OK:
         # Tearing down a process group whose peers are still in a collective can block: the result is written,
         # and the supervisor stops the other ranks.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    return 0 if result["status"] == "ok" else 1
+    return 0 if result["status"] == OK else 1
 
 
 def _first_line(exc: BaseException) -> str:

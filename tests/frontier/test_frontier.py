@@ -32,6 +32,7 @@ from finetune_bench.frontier.settings import (
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
+    frontier_arms,
     plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
@@ -440,9 +441,9 @@ def test_smoke_yaml_is_the_embedded_default():
 
     defaults = memory_frontier.python_interface.default_inputs_as_kwargs
     inputs = smoke_inputs()
-    assert set(inputs) <= set(defaults)
+    assert set(inputs) <= set(defaults) | {"arms"}  # arms default to None: DEFAULT_ARMS
     assert TrainingArgs(**inputs["training_args"]) == defaults["training_args"]
-    assert [FrontierArm(**arm) for arm in inputs["arms"]] == defaults["arms"]
+    assert [FrontierArm(**arm) for arm in inputs["arms"]] == frontier_arms(defaults.get("arms"))
     assert BatchSizeSearch(**inputs["batch_size_search"]) == defaults["batch_size_search"]
     assert SeqLengthSearch(**inputs["seq_length_search"]) == defaults["seq_length_search"]
     assert ProbeSettings(**inputs["probes"]) == defaults["probes"]
