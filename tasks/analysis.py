@@ -16,7 +16,6 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
-from finetune_bench.analysis.parity import held_out_parity
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
@@ -119,17 +118,18 @@ def analyze_results(
     planned: list[PlannedRun], outputs: list[TrainOutput | None], alpha: float, results_store: str = ""
 ) -> AnalysisOutputs:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
-    them as files (report.html, results / steps / loss_parity / held_out_parity as .parquet and .csv,
+    them as files (report.html, results / comparison / steps / loss_parity / held_out_parity as .parquet and .csv,
     environment.json), and the problems that left a measured run unstored, unlogged or unexported. On a cluster,
     the report also says what the execution does not keep (`results_store` empty, no W&B)."""
     profile_dirs = profiles(outputs)
-    analysis = analyze_grid(planned, *unpack(outputs), profile_dirs=profile_dirs)
-    report = grid_report(analysis, alpha=alpha, notes=cluster_notes(results_store))
+    analysis = analyze_grid(planned, *unpack(outputs), profile_dirs=profile_dirs, alpha=alpha)
+    report = grid_report(analysis, notes=cluster_notes(results_store))
     tables = {
         "results": analysis.table,
+        "comparison": analysis.paired,
         "steps": analysis.steps,
         "loss_parity": analysis.parity,
-        "held_out_parity": held_out_parity(analysis.table, analysis.swept),
+        "held_out_parity": analysis.held_out,
     }
     if not analysis.profile.empty:
         tables["profile"] = analysis.profile

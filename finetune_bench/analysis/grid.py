@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finetune_bench.analysis.parity import loss_parity, with_loss_parity
+from finetune_bench.analysis.parity import held_out_parity, loss_parity, with_loss_parity
 from finetune_bench.analysis.scaling import scaling_table
+from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.analysis.tables import profile_table, ranks_table, results_table, steps_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import OK, RunResult
@@ -30,6 +31,12 @@ class GridAnalysis:
     # every run had one GPU).
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Each arm against the baseline over runs paired by run number: ratios, intervals and the test at `alpha`
+    # (`analysis.stats.paired_comparison`): the numbers the report's Summary states, exported as `comparison`.
+    paired: pd.DataFrame = field(default_factory=pd.DataFrame)
+    alpha: float = 0.05
+    # The held-out loss of each arm against the baseline's, pair by pair (`analysis.parity.held_out_parity`).
+    held_out: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyze_grid(
@@ -37,10 +44,11 @@ def analyze_grid(
     results: list[RunResult | None],
     steps_files: dict[tuple[str, int], str],
     profile_dirs: dict[tuple[str, int], str] | None = None,
+    alpha: float = 0.05,
 ) -> GridAnalysis:
     """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost),
-    `steps_files` the local per-step file of each (condition_id, run_number) that has one, and `profile_dirs`
-    the local profile directory of each profiled run."""
+    `steps_files` the local per-step file of each (condition_id, run_number) that has one, `profile_dirs`
+    the local profile directory of each profiled run, and `alpha` the significance level of each arm's test."""
     swept = planned[0].swept_axes if planned else []
     steps = steps_table(results, steps_files)
     parity = loss_parity(steps, swept)
@@ -57,4 +65,7 @@ def analyze_grid(
         profile=profile_table(results, profile_dirs or {}),
         scaling=scaling_table(table, swept),
         ranks=ranks_table(results),
+        paired=paired_comparison(table, swept, alpha) if planned else pd.DataFrame(),
+        alpha=alpha,
+        held_out=held_out_parity(table, swept) if planned else pd.DataFrame(),
     )

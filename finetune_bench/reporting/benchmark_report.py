@@ -511,15 +511,18 @@ def build_report(
     scaling: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
     notes: list[str] | None = None,
+    paired: pd.DataFrame | None = None,
+    held_out: pd.DataFrame | None = None,
 ) -> Report:
     """The report from the results table (one row per run), the per-step table and the loss-parity table
     (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
     left a measured run unstored or unlogged, shown first; `notes`: what the execution does not keep (on a
-    cluster: no persistent results store, no W&B), shown after them."""
+    cluster: no persistent results store, no W&B), shown after them. `paired` and `held_out`: the paired
+    comparison and the held-out parity when already computed (`GridAnalysis`), else computed here."""
     summary = condition_summary(table, swept)
     parity = parity if parity is not None else pd.DataFrame()
     comparison = arms_vs_baseline(summary, swept)
-    paired = paired_comparison(table, swept, alpha)
+    paired = paired if paired is not None else paired_comparison(table, swept, alpha)
     fitting = largest_fitting_batch(table, swept)
     capacity = _capacity_gib(environment)
     sections: dict[str, str] = {}
@@ -572,7 +575,7 @@ def build_report(
         )
     if "arm" in swept and steps is not None:
         overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
-    held_out = held_out_parity(table, swept)
+    held_out = held_out if held_out is not None else held_out_parity(table, swept)
     if not held_out.empty:
         overview.append(f"<p><b>{html.escape(held_out_summary(held_out))}</b></p>")
     env_items = {k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}
@@ -675,9 +678,7 @@ def build_report(
     return Report(sections=sections)
 
 
-def grid_report(
-    analysis: GridAnalysis, alpha: float = 0.05, experiment_name: str = "", notes: list[str] | None = None
-) -> Report:
+def grid_report(analysis: GridAnalysis, experiment_name: str = "", notes: list[str] | None = None) -> Report:
     """The report of a whole grid's analysis."""
     a = analysis
     return build_report(
@@ -687,10 +688,12 @@ def grid_report(
         a.steps,
         a.parity,
         experiment_name,
-        alpha=alpha,
+        alpha=a.alpha,
         problems=a.problems,
         profile=a.profile,
         scaling=a.scaling,
         ranks=a.ranks,
         notes=notes,
+        paired=a.paired,
+        held_out=a.held_out,
     )

@@ -1,6 +1,8 @@
 import dataclasses
 
 from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.analysis.parity import held_out_parity
+from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.reporting.benchmark_report import grid_report
@@ -93,3 +95,26 @@ def test_a_multi_gpu_condition_without_its_one_gpu_twin_has_no_efficiency():
     analysis = analyze_grid([planned[i] for i in keep], [results[i] for i in keep], {})
     assert analysis.scaling["scaling_efficiency"].isna().all()
     assert list(analysis.scaling["tokens_per_second"]) == [190.0, 120.0]
+
+
+def test_the_paired_comparison_and_held_out_parity_are_computed_once_for_the_report_and_the_export():
+    planned = plan_runs(ExperimentArgs(arm=["liger", "baseline"]), TrainingArgs(), 3)
+    speed = {"liger": 12.0, "baseline": 10.0}
+    results = [
+        RunResult(
+            r.condition_id,
+            r.run_number,
+            r.swept_axes,
+            r.training_args,
+            "ok",
+            metrics={"tokens_per_second": speed[r.training_args.arm] + r.run_number, "peak_reserved_gib": 1.0},
+        )
+        for r in planned
+    ]
+    analysis = analyze_grid(planned, results, {}, alpha=0.01)
+    assert analysis.alpha == 0.01
+    assert analysis.paired.equals(paired_comparison(analysis.table, analysis.swept, 0.01))
+    assert analysis.held_out.equals(held_out_parity(analysis.table, analysis.swept))
+    (row,) = analysis.paired.to_dict("records")
+    assert row["arm"] == "liger" and row["pairs"] == 3
+    assert "alpha 0.01" in grid_report(analysis).sections["Summary"]

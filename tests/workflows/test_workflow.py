@@ -95,6 +95,9 @@ def test_smoke_outputs_as_parquet_and_csv(smoke_outputs):
         parquet = pd.read_parquet(export / f"{name}.parquet")
         assert list(parquet.columns) == list(frame.columns) and len(parquet) == len(frame)
     assert parquet["loss"].tolist() == pytest.approx(steps["loss"].tolist())
+    # the numbers the report's Summary states: liger against the baseline at each batch size, one row each
+    comparison = pd.read_csv(export / "comparison.csv")
+    assert set(comparison["arm"]) == {"liger"} and len(comparison) == results["per_device_train_batch_size"].nunique()
 
 
 # Figures the smoke report must show, each rendered by a real browser.
