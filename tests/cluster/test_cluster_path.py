@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import msgpack
@@ -45,7 +46,7 @@ training_args:
   max_seq_length: 32
 arms:
   - arm: baseline
-batch_size_search: {enabled: true, start: 1, cap: 2}
+batch_size_search: {enabled: true, start: 1, cap: 1}
 seq_length_search: {enabled: false}
 probes: {max_steps: 2, timing_warmup_steps: 1, retries: 1, confirmations: 1, timeout_s: 300}
 """
@@ -72,6 +73,10 @@ REGISTRATIONS = {
     "frontier_defaults": ("frontier", "memory_frontier", None, {}, "elsewhere"),
     "kernels": ("kernels", "kernel_benchmark", KERNEL_INPUTS, {}, "elsewhere"),
 }
+
+
+# The registrations executed whole, side by side.
+EXECUTED = ("benchmark", "frontier", "kernels")
 
 
 def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
@@ -136,9 +141,20 @@ def _read(path: Path, message):
 
 
 @pytest.fixture(scope="module")
-def benchmark_run(registered, tmp_path_factory) -> tuple[Cluster, literals_pb2.LiteralMap]:
-    cluster = _cluster(registered["benchmark"], tmp_path_factory.mktemp("benchmark"))
-    return cluster, cluster.execute()
+def executions(registered, tmp_path_factory) -> dict[str, tuple[Cluster, Future]]:
+    """The benchmark, the frontier and the kernel benchmark executed side by side (each pod is a process; the
+    threads only wait for them): name -> (its cluster, its outputs or its failure)."""
+    clusters = {name: _cluster(registered[name], tmp_path_factory.mktemp(name)) for name in EXECUTED}
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        running = {name: (cluster, pool.submit(cluster.execute)) for name, cluster in clusters.items()}
+        wait([future for _, future in running.values()])
+    return running
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(executions) -> tuple[Cluster, literals_pb2.LiteralMap]:
+    cluster, outputs = executions["benchmark"]
+    return cluster, outputs.result()
 
 
 def test_every_benchmark_task_runs_in_its_pod_and_the_grid_trains_and_reports(benchmark_run):
@@ -310,18 +326,18 @@ def test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning(re
 # --- the memory frontier and the kernel benchmark -----------------------------------------------------------------
 
 
-def test_every_frontier_task_runs_in_its_pod(registered, tmp_path):
-    cluster = _cluster(registered["frontier"], tmp_path)
-    outputs = cluster.execute()
+def test_every_frontier_task_runs_in_its_pod(executions):
+    cluster, outputs = executions["frontier"]
+    outputs = outputs.result()
     ran = {pod.task.rsplit(".", 1)[-1] for pod in cluster.pods}
     assert {"plan_frontier", "run_searches", "plan_frontier_throughput", "run_benchmark", "report_frontier"} <= ran
     assert any(task.startswith("map_search_memory_frontier") for task in ran)
     assert len(outputs.literals) == 4
 
 
-def test_every_kernel_benchmark_task_runs_in_its_pod(registered, tmp_path):
-    cluster = _cluster(registered["kernels"], tmp_path)
-    cluster.execute()
+def test_every_kernel_benchmark_task_runs_in_its_pod(executions):
+    cluster, outputs = executions["kernels"]
+    outputs.result()
     ran = [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods]
     assert ran[0] == "plan_kernels" and ran[1] == "run_kernels" and ran[-1] == "report_kernels"
     (item,) = [pod for pod in cluster.pods if "map_benchmark_kernel" in pod.task]
