@@ -20,7 +20,7 @@ import os
 from flytekit import Resources, Secret
 from flytekit.extras.accelerators import GPUAccelerator
 
-from finetune_bench.prediction.grid import train_accelerator
+from finetune_bench.prediction.grid import ACCELERATOR_ENV, train_accelerator
 from images.images import REGISTRY_ENV
 
 TRAIN_RESOURCES = Resources(
@@ -58,13 +58,15 @@ HF_SECRETS = [Secret(key=HF_TOKEN_SECRET_KEY)] if HF_TOKEN_SECRET_KEY else []
 WANDB_ENTITY = os.environ.get("WANDB_ENTITY") or None
 WANDB_PROJECT = os.environ.get("WANDB_PROJECT") or "finetune-bench"
 WANDB_SECRET_KEY = os.environ.get("FINETUNE_BENCH_WANDB_SECRET") or "wandb_api_key"
-WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY else []
+WANDB_DISABLED = os.environ.get("WANDB_MODE", "").strip().lower() == "disabled"
+# Requested (the pods cannot start without it on some clusters) only when W&B is asked for and not turned off.
+WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY and not WANDB_DISABLED else []
 WANDB_API_URL = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")
 WANDB_APP_URL = (os.environ.get("WANDB_APP_URL") or WANDB_API_URL.replace("://api.", "://", 1)).rstrip("/")
 # The settings above (and the images' registry, part of their ids) as they were at registration, handed to the
 # container of every task, so that a pod imports the same task definitions and images as the ones registered: the
-# @dynamic nodes build their sub-tasks from them at run time. One set but empty is handed on as empty (an empty
-# accelerator means any GPU, not the default). Never a key or token.
+# @dynamic nodes build their sub-tasks from them at run time. Never a key or token. A setting set empty is left out
+# (each falls back to its default), except the accelerator, for which empty means any GPU.
 REGISTRATION_ENV = {
     name: os.environ[name]
     for name in (
@@ -80,11 +82,11 @@ REGISTRATION_ENV = {
         "WANDB_APP_URL",
         "FINETUNE_BENCH_WANDB_SECRET",
     )
-    if name in os.environ
+    if os.environ.get(name) or (name == ACCELERATOR_ENV and name in os.environ)
 }
 # WANDB_MODE=disabled turns W&B off remotely too; an `offline` left over from local runs is not passed on
 # (an offline run would die with its pod).
-if os.environ.get("WANDB_MODE", "").strip().lower() == "disabled":
+if WANDB_DISABLED:
     REGISTRATION_ENV["WANDB_MODE"] = "disabled"
 
 # Bump to invalidate cached downloads after a change to what they write.

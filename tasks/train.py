@@ -69,6 +69,7 @@ def plan_benchmark(
     gpu_hour_price: float = 0.0,
     skip_predicted_oom: bool = False,
     accelerator: str = "",
+    dry_run: bool = False,
 ) -> list[PlannedRun]:
     """Validate the inputs (before anything is downloaded or trained) and list every run, each with its predicted
     peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched). Every
@@ -80,11 +81,11 @@ def plan_benchmark(
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
-        require_wandb_key,
+        lambda: None if dry_run else require_wandb_key(),  # a dry run logs nothing
     )
     target = target_gpu(gpu_kind, gpu_memory_gib, accelerator)
     estimate = estimate_grid(planned, target, gpu_hour_price, skip_predicted_oom)
-    notes = "".join(f"\nnote: {note}" for note in cluster_notes(results_store))
+    notes = "".join(f"\nnote: {note}" for note in ([] if dry_run else cluster_notes(results_store)))
     print(f"the plan:\n{plan_text(estimate)}{notes}", flush=True)
     return with_predictions(planned, estimate, skip_predicted_oom)
 

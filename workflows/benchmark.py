@@ -158,6 +158,7 @@ def benchmarking_experiment(
         gpu_hour_price=gpu_hour_price,
         skip_predicted_oom=skip_predicted_oom,
         accelerator=accelerator,
+        dry_run=dry_run,
     )
     results, steps, report, files = (
         conditional("dry_run")

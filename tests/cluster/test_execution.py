@@ -50,3 +50,35 @@ def test_a_run_that_cannot_be_logged_for_want_of_a_key_says_so(wandb_asked_for_o
     assert wandb_runs.log_to_wandb(result) is None
     (problem,) = result.problems
     assert problem.startswith("W&B: the run was not logged (WANDB_ENTITY is 'team' but the task could not read")
+
+
+def _registered_settings(**env) -> dict:
+    """tasks.settings as a registering shell with `env` defines it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from images.images import PROJECT_ROOT
+
+    code = (
+        "import json; from tasks import settings as s; "
+        "print(json.dumps({'env': s.REGISTRATION_ENV, 'secrets': [x.key for x in s.WANDB_SECRETS]}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FINETUNE_BENCH_", "WANDB_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env={**clean, **env}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_empty_setting_reaches_the_pods_only_where_empty_means_something():
+    found = _registered_settings(FINETUNE_BENCH_TRAIN_ACCELERATOR="", WANDB_BASE_URL="", FINETUNE_BENCH_TRAIN_CPU="")
+    assert found["env"] == {"FINETUNE_BENCH_TRAIN_ACCELERATOR": ""}  # any GPU; the others keep their defaults
+
+
+def test_w_and_b_turned_off_requests_no_secret():
+    assert _registered_settings(WANDB_ENTITY="team")["secrets"] == ["wandb_api_key"]
+    turned_off = _registered_settings(WANDB_ENTITY="team", WANDB_MODE="disabled")
+    assert turned_off["secrets"] == [] and turned_off["env"]["WANDB_MODE"] == "disabled"
