@@ -1,11 +1,9 @@
 """Where a task runs: in a cluster's pod, or in a local `pyflyte run`; and what a cluster run leaves behind that a
 local one does not."""
 
-import os
-
 from flytekit.core.context_manager import FlyteContextManager
 
-from tasks.settings import WANDB_ENTITY
+from tasks.settings import WANDB_ENTITY, wandb_disabled
 
 NO_RESULTS_STORE = (
     "results_store is empty: each finished run is kept on its train pod's disk, which goes with the pod, so a later "
@@ -30,6 +28,6 @@ def cluster_notes(results_store: str) -> list[str]:
     if not on_cluster():
         return []
     notes = [] if results_store else [NO_RESULTS_STORE]
-    if not WANDB_ENTITY and os.environ.get("WANDB_MODE", "").strip().lower() != "disabled":
+    if not WANDB_ENTITY and not wandb_disabled():
         notes.append(NO_WANDB)
     return notes

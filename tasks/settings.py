@@ -58,7 +58,14 @@ HF_SECRETS = [Secret(key=HF_TOKEN_SECRET_KEY)] if HF_TOKEN_SECRET_KEY else []
 WANDB_ENTITY = os.environ.get("WANDB_ENTITY") or None
 WANDB_PROJECT = os.environ.get("WANDB_PROJECT") or "finetune-bench"
 WANDB_SECRET_KEY = os.environ.get("FINETUNE_BENCH_WANDB_SECRET") or "wandb_api_key"
-WANDB_DISABLED = os.environ.get("WANDB_MODE", "").strip().lower() == "disabled"
+
+
+def wandb_disabled() -> bool:
+    """WANDB_MODE=disabled: W&B turned off (read when asked; in a pod, the registered value)."""
+    return os.environ.get("WANDB_MODE", "").strip().lower() == "disabled"
+
+
+WANDB_DISABLED = wandb_disabled()
 # Requested (the pods cannot start without it on some clusters) only when W&B is asked for and not turned off.
 WANDB_SECRETS = [Secret(key=WANDB_SECRET_KEY)] if WANDB_ENTITY and not WANDB_DISABLED else []
 WANDB_API_URL = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")

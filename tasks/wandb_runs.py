@@ -21,7 +21,14 @@ from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.sources.cache import cache_root
 from tasks.execution import on_cluster
-from tasks.settings import WANDB_API_URL, WANDB_APP_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_SECRET_KEY
+from tasks.settings import (
+    WANDB_API_URL,
+    WANDB_APP_URL,
+    WANDB_ENTITY,
+    WANDB_PROJECT,
+    WANDB_SECRET_KEY,
+    wandb_disabled,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +112,7 @@ def missing_key_reason() -> str:
 def require_wandb_key() -> None:
     """On a cluster, with WANDB_ENTITY registered: the W&B secret can be read (checked when planning, so that a
     missing key stops the execution before any GPU time instead of leaving every run unlogged)."""
-    if not (WANDB_ENTITY and on_cluster()) or os.environ.get("WANDB_MODE", "").strip().lower() == "disabled":
+    if not (WANDB_ENTITY and on_cluster()) or wandb_disabled():
         return
     try:
         key = current_context().secrets.get(key=WANDB_SECRET_KEY)
