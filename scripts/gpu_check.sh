@@ -14,13 +14,13 @@ import dataclasses, sys, yaml
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.running.launch import run_in_child
-from finetune_bench.sources.datasets import prepare_dataset
+from finetune_bench.sources.datasets import DatasetSource, prepare_dataset
 from finetune_bench.sources.models import prepare_model
 cfg = yaml.safe_load(open(sys.argv[1]))
 args = TrainingArgs(**cfg["training_args"])
 args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1, arm="liger")
 run = plan_runs(ExperimentArgs(arm=["liger"], per_device_train_batch_size=[args.per_device_train_batch_size]), args, 1)[0]
-ds = prepare_dataset(args.dataset_name, args.dataset_split, args.synthetic_num_examples, args.synthetic_min_words, args.synthetic_max_words)
+ds = prepare_dataset(DatasetSource.of(args))
 md = prepare_model(args.model_name)
 r = run_in_child(run, ds, md, "/tmp/preflight", 900)
 print("preflight:", r.status, r.reason, r.metrics, r.liger_patches, f"{r.wall_time_s:.1f}s")

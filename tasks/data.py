@@ -13,7 +13,7 @@ from flytekit.types.directory import FlyteDirectory
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.sources.datasets import prepare_dataset
+from finetune_bench.sources.datasets import DatasetSource, prepare_dataset
 from finetune_bench.sources.models import prepare_model
 from finetune_bench.sources.versions import SourceVersions, source_versions
 from images import training_image
@@ -71,16 +71,16 @@ def download_dataset(
     `version` (see `identify_sources`) is part of the cache key: an edited local dataset, or a prepared copy
     that is gone, is prepared again instead of served from the cache."""
     with _source_errors("dataset", dataset_name):
-        path = prepare_dataset(
-            dataset_name,
+        source = DatasetSource(
+            name=dataset_name,
             split=dataset_split,
+            config=dataset_config,
             synthetic_num_examples=synthetic_num_examples,
             synthetic_min_words=synthetic_min_words,
             synthetic_max_words=synthetic_max_words,
-            hf_token=_hf_token(),
-            config=dataset_config,
             synthetic_length_distribution=synthetic_length_distribution,
         )
+        path = prepare_dataset(source, hf_token=_hf_token())
     logger.info("dataset %s ready at %s", dataset_name, path)
     return FlyteDirectory(str(path))
 

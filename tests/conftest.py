@@ -37,9 +37,10 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_dataset_dir() -> Path:
-    from finetune_bench.sources.datasets import prepare_dataset
+    from finetune_bench.inputs.settings import TrainingArgs
+    from finetune_bench.sources.datasets import DatasetSource, prepare_dataset
 
-    return prepare_dataset("synthetic:alpaca", synthetic_num_examples=64)
+    return prepare_dataset(DatasetSource.of(TrainingArgs(synthetic_num_examples=64)))
 
 
 # Where Liger's patch functions for the architectures the tests build write: module globals (classes,

@@ -4,6 +4,7 @@ and loaded back as prompt/completion pairs."""
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from finetune_bench.inputs.catalog import (
     SYNTHETIC_PREFIX,
     default_config,
 )
+from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources import formats
 from finetune_bench.sources.cache import build_into, cache_root, slug
 from finetune_bench.sources.synthetic import generate_alpaca_records
@@ -24,104 +26,88 @@ if TYPE_CHECKING:
 SOURCE_FILE = "source.json"
 
 
-def prepare_dataset(
-    dataset_name: str,
-    split: str = "train",
-    synthetic_num_examples: int = 256,
-    synthetic_min_words: int = 8,
-    synthetic_max_words: int = 48,
-    hf_token: str | None = None,
-    root: Path | None = None,
-    config: str = "",
-    synthetic_length_distribution: str = "uniform",
-) -> Path:
-    """Make `dataset_name` available as a `datasets.save_to_disk` directory and return it.
+@dataclass(frozen=True)
+class DatasetSource:
+    """A dataset as the training settings name it (`name`: a hub id, a local path or `synthetic:<format>`), with
+    what its preparation depends on: the split and config of a hub or local dataset, the size and response
+    lengths of a generated one."""
+
+    name: str
+    split: str
+    config: str
+    synthetic_num_examples: int
+    synthetic_min_words: int
+    synthetic_max_words: int
+    synthetic_length_distribution: str
+
+    @classmethod
+    def of(cls, training_args: TrainingArgs) -> "DatasetSource":
+        """The dataset of `training_args` (its `dataset_*` and `synthetic_*` settings)."""
+        t = training_args
+        return cls(
+            name=t.dataset_name,
+            split=t.dataset_split,
+            config=t.dataset_config,
+            synthetic_num_examples=t.synthetic_num_examples,
+            synthetic_min_words=t.synthetic_min_words,
+            synthetic_max_words=t.synthetic_max_words,
+            synthetic_length_distribution=t.synthetic_length_distribution,
+        )
+
+
+def prepare_dataset(source: DatasetSource, hf_token: str | None = None, root: Path | None = None) -> Path:
+    """Make `source` available as a `datasets.save_to_disk` directory and return it.
 
     - `synthetic:alpaca`: generated alpaca-format records (offline), response lengths drawn from
       `synthetic_length_distribution`.
     - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file, keyed on its content (an
       edited file is read again).
-    - anything else: a hub id, fetched with `datasets.load_dataset(dataset_name, config, split=split)`;
-      `config` empty means the registry's default for a dataset it knows (gsm8k: "main"), else none.
+    - anything else: a hub id, fetched with `datasets.load_dataset(name, config, split=split)`; `config` empty
+      means the registry's default for a dataset it knows (gsm8k: "main"), else none.
 
     The directory records the dataset's format (`SOURCE_FILE`), found by hub id or by columns: a
     dataset in no known format fails here, before any training.
     """
-    destination, build = _dataset_plan(
-        dataset_name,
-        split,
-        synthetic_num_examples,
-        synthetic_min_words,
-        synthetic_max_words,
-        hf_token,
-        root,
-        config,
-        synthetic_length_distribution,
-    )
+    destination, build = _dataset_plan(source, hf_token, root)
     return build_into(destination, build)
 
 
-def dataset_destination(
-    dataset_name: str,
-    split: str = "train",
-    synthetic_num_examples: int = 256,
-    synthetic_min_words: int = 8,
-    synthetic_max_words: int = 48,
-    config: str = "",
-    synthetic_length_distribution: str = "uniform",
-) -> Path:
-    """Where `prepare_dataset` keeps `dataset_name` (its name says what it holds: the source, its parameters,
-    and a local source's content), without preparing it."""
-    return _dataset_plan(
-        dataset_name,
-        split,
-        synthetic_num_examples,
-        synthetic_min_words,
-        synthetic_max_words,
-        None,
-        None,
-        config,
-        synthetic_length_distribution,
-    )[0]
+def dataset_destination(source: DatasetSource) -> Path:
+    """Where `prepare_dataset` keeps `source` (its name says what it holds: the source, its parameters and a local
+    source's content), without preparing it."""
+    return _dataset_plan(source, None, None)[0]
 
 
 def _dataset_plan(
-    dataset_name: str,
-    split: str = "train",
-    synthetic_num_examples: int = 256,
-    synthetic_min_words: int = 8,
-    synthetic_max_words: int = 48,
-    hf_token: str | None = None,
-    root: Path | None = None,
-    config: str = "",
-    synthetic_length_distribution: str = "uniform",
+    source: DatasetSource, hf_token: str | None, root: Path | None
 ) -> tuple[Path, Callable[[Path], None]]:
-    """Where `dataset_name` is prepared, and the function that prepares it there (see `prepare_dataset`)."""
+    """Where `source` is prepared, and the function that prepares it there (see `prepare_dataset`)."""
+    dataset_name, split = source.name, source.split
     root = root or cache_root() / "datasets"
     if dataset_name.startswith(SYNTHETIC_PREFIX):
         fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
         if fmt not in SYNTHETIC_FORMATS:
             raise ValueError(f"unknown synthetic dataset {dataset_name!r}; known: {list(SYNTHETIC_FORMATS)}")
-        if synthetic_length_distribution not in SYNTHETIC_LENGTH_DISTRIBUTIONS:
+        if source.synthetic_length_distribution not in SYNTHETIC_LENGTH_DISTRIBUTIONS:
             raise ValueError(
-                f"unknown synthetic_length_distribution {synthetic_length_distribution!r}; "
+                f"unknown synthetic_length_distribution {source.synthetic_length_distribution!r}; "
                 f"known: {list(SYNTHETIC_LENGTH_DISTRIBUTIONS)}"
             )
         params = {
-            "n": synthetic_num_examples,
-            "min": synthetic_min_words,
-            "max": synthetic_max_words,
-            "lengths": synthetic_length_distribution,
+            "n": source.synthetic_num_examples,
+            "min": source.synthetic_min_words,
+            "max": source.synthetic_max_words,
+            "lengths": source.synthetic_length_distribution,
         }
 
         def generate(d: Path) -> None:
             import datasets
 
             records = generate_alpaca_records(
-                synthetic_num_examples,
-                synthetic_min_words,
-                synthetic_max_words,
-                length_distribution=synthetic_length_distribution,
+                source.synthetic_num_examples,
+                source.synthetic_min_words,
+                source.synthetic_max_words,
+                length_distribution=source.synthetic_length_distribution,
             )
             _save(datasets.Dataset.from_list(records), d, dataset_name, {"split": "generated", **params})
 
@@ -149,7 +135,7 @@ def _dataset_plan(
         params = {"split": split, "content": content_digest(local)}
         return root / slug(str(local.resolve()), params), load_local
 
-    hub_config = default_config(dataset_name, config)
+    hub_config = default_config(dataset_name, source.config)
     # Without a config the slug is the one earlier versions wrote: their downloads stay valid.
     params = {"split": split, "config": hub_config} if hub_config else {"split": split}
 

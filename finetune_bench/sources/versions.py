@@ -14,7 +14,7 @@ from pathlib import Path
 from finetune_bench.inputs.catalog import RANDOM_PREFIX
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources.cache import COMPLETE_MARKER
-from finetune_bench.sources.datasets import dataset_destination
+from finetune_bench.sources.datasets import DatasetSource, dataset_destination
 from finetune_bench.sources.models import model_destination
 
 
@@ -51,15 +51,7 @@ def source_versions(training_args: TrainingArgs, local: bool = True) -> SourceVe
     """The versions of `training_args`' dataset and model (reads local sources, downloads nothing); `local`: for
     a local run's cache (see the module's docstring)."""
     t = training_args
-    dataset = dataset_destination(
-        t.dataset_name,
-        t.dataset_split,
-        t.synthetic_num_examples,
-        t.synthetic_min_words,
-        t.synthetic_max_words,
-        t.dataset_config,
-        t.synthetic_length_distribution,
-    )
+    dataset = dataset_destination(DatasetSource.of(t))
     model = model_destination(t.model_name)
     # a local directory is used in place (not prepared into the cache): its files are what it holds
     local_model = not t.model_name.startswith(RANDOM_PREFIX) and Path(t.model_name).expanduser().is_dir()

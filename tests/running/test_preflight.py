@@ -7,7 +7,7 @@ from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.running.backends.data import tokenize_prompt_completion, usable_examples
 from finetune_bench.running.preflight import refuse_unfillable
-from finetune_bench.sources.datasets import load_prompt_completion, prepare_dataset
+from finetune_bench.sources.datasets import DatasetSource, load_prompt_completion, prepare_dataset
 from finetune_bench.sources.models import prepare_model
 
 
@@ -16,10 +16,7 @@ def sources(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         t = TrainingArgs()
-        dataset_dir = prepare_dataset(
-            t.dataset_name, t.dataset_split, t.synthetic_num_examples, t.synthetic_min_words, t.synthetic_max_words
-        )
-        return dataset_dir, prepare_model(t.model_name)
+        return prepare_dataset(DatasetSource.of(t)), prepare_model(t.model_name)
 
 
 def test_the_count_is_what_the_backends_keep(sources):

@@ -26,7 +26,7 @@ from finetune_bench.running.backends.data import (
     tokenize_prompt_completion,
 )
 from finetune_bench.running.backends.plain_loop import model_inputs
-from finetune_bench.sources.datasets import SOURCE_FILE, load_prompt_completion, prepare_dataset
+from finetune_bench.sources.datasets import SOURCE_FILE, DatasetSource, load_prompt_completion, prepare_dataset
 from finetune_bench.sources.formats import FORMATS, detect_format, oasst_pairs
 from finetune_bench.sources.synthetic import generate_alpaca_records
 
@@ -36,9 +36,14 @@ def write_jsonl(path, rows: list[dict]):
     return path
 
 
+def local_source(path) -> DatasetSource:
+    """The dataset of a local file, with the other settings' defaults."""
+    return DatasetSource.of(TrainingArgs(dataset_name=str(path)))
+
+
 def prepared(tmp_path, rows: list[dict]):
     """Rows written as a local JSONL file, run through the same path as any dataset."""
-    data_dir = prepare_dataset(str(write_jsonl(tmp_path / "data.jsonl", rows)), root=tmp_path / "prepared")
+    data_dir = prepare_dataset(local_source(write_jsonl(tmp_path / "data.jsonl", rows)), root=tmp_path / "prepared")
     return data_dir, load_prompt_completion(data_dir)
 
 
@@ -262,11 +267,12 @@ def test_hub_download_passes_the_default_config_and_records_the_format(tmp_path,
         return datasets.Dataset.from_list([{"question": GSM8K_QUESTION, "answer": GSM8K_ANSWER}])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    data_dir = prepare_dataset("openai/gsm8k", split="test", hf_token="tok", root=tmp_path)
+    gsm8k_test = DatasetSource.of(TrainingArgs(dataset_name="openai/gsm8k", dataset_split="test"))
+    data_dir = prepare_dataset(gsm8k_test, hf_token="tok", root=tmp_path)
     assert calls == [("openai/gsm8k", "main", "test", "tok")]
     assert recorded_format(data_dir) == "gsm8k"
     assert load_prompt_completion(data_dir)[0]["completion"] == GSM8K_ANSWER
-    other = prepare_dataset("openai/gsm8k", split="test", config="socratic", root=tmp_path)
+    other = prepare_dataset(dataclasses.replace(gsm8k_test, config="socratic"), root=tmp_path)
     assert calls[-1][1] == "socratic" and other != data_dir
 
 
@@ -347,7 +353,9 @@ def test_lognormal_is_skewed_with_a_long_tail():
 
 def test_each_distribution_is_its_own_cached_dataset(tmp_path):
     dirs = {
-        d: prepare_dataset("synthetic:alpaca", synthetic_num_examples=8, synthetic_length_distribution=d, root=tmp_path)
+        d: prepare_dataset(
+            DatasetSource.of(TrainingArgs(synthetic_num_examples=8, synthetic_length_distribution=d)), root=tmp_path
+        )
         for d in SYNTHETIC_LENGTH_DISTRIBUTIONS
     }
     assert len(set(dirs.values())) == len(SYNTHETIC_LENGTH_DISTRIBUTIONS)
@@ -455,7 +463,7 @@ def short_examples(tmp_path_factory, tokenizer):
     rows = [{"prompt": f"Question {i}:", "completion": "a short answer " * (1 + i % 4)} for i in range(64)]
     path = write_jsonl(tmp_path_factory.mktemp("short") / "short.jsonl", rows)
     longest = max(len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) + 1 for r in rows)  # + EOS
-    return prepare_dataset(str(path)), longest
+    return prepare_dataset(local_source(path)), longest
 
 
 def train_in_process(args: TrainingArgs, dataset_dir, model_dir, out) -> tuple[dict, pd.DataFrame]:

@@ -5,8 +5,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from finetune_bench.inputs.catalog import architecture_config, architectures
+from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources.cache import COMPLETE_MARKER
-from finetune_bench.sources.datasets import load_prompt_completion, prepare_dataset
+from finetune_bench.sources.datasets import DatasetSource, load_prompt_completion, prepare_dataset
 from finetune_bench.sources.models import is_random_init, prepare_model
 from finetune_bench.sources.synthetic import generate_alpaca_records
 
@@ -76,7 +77,9 @@ def test_alpaca_maps_to_prompt_completion(tiny_dataset_dir):
 def test_local_jsonl_dataset(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) for i in range(5)))
-    ds = load_prompt_completion(prepare_dataset(str(path), root=tmp_path / "out"))
+    ds = load_prompt_completion(
+        prepare_dataset(DatasetSource.of(TrainingArgs(dataset_name=str(path))), root=tmp_path / "out")
+    )
     assert ds["completion"] == [f"a{i}" for i in range(5)]
 
 
@@ -84,7 +87,9 @@ def test_dataset_with_unknown_columns_names_them(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text(json.dumps({"query": "q", "response": "a"}))
     with pytest.raises(ValueError, match=r"\['query', 'response'\]"):
-        load_prompt_completion(prepare_dataset(str(path), root=tmp_path / "out"))
+        load_prompt_completion(
+            prepare_dataset(DatasetSource.of(TrainingArgs(dataset_name=str(path))), root=tmp_path / "out")
+        )
 
 
 def test_local_model_directory_is_used_in_place(tiny_model_dir, tmp_path):

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.sources.datasets import load_prompt_completion, prepare_dataset
+from finetune_bench.sources.datasets import (
+    DatasetSource,
+    content_digest,
+    dataset_destination,
+    load_prompt_completion,
+    prepare_dataset,
+)
 from finetune_bench.sources.versions import source_versions
 
 
@@ -27,19 +33,20 @@ def cache_dir(tmp_path, monkeypatch):
 def test_an_edited_local_dataset_is_read_again(cache_dir, tmp_path):
     data = tmp_path / "mine.jsonl"
     data.write_text(alpaca_rows(2))
-    first = source_versions(TrainingArgs(dataset_name=str(data)))
-    assert len(load_prompt_completion(prepare_dataset(str(data)))) == 2
+    args = TrainingArgs(dataset_name=str(data))
+    first = source_versions(args)
+    assert len(load_prompt_completion(prepare_dataset(DatasetSource.of(args)))) == 2
     data.write_text(alpaca_rows(3))
-    second = source_versions(TrainingArgs(dataset_name=str(data)))
+    second = source_versions(args)
     assert second.dataset != first.dataset and second.dataset_cache_key != first.dataset_cache_key
-    assert len(load_prompt_completion(prepare_dataset(str(data)))) == 3
+    assert len(load_prompt_completion(prepare_dataset(DatasetSource.of(args)))) == 3
 
 
 def test_a_missing_prepared_copy_gets_a_fresh_cache_key_and_a_present_one_a_stable_one(cache_dir):
     args = TrainingArgs(synthetic_num_examples=8)
     missing = [source_versions(args).dataset_cache_key for _ in range(2)]
     assert missing[0] != missing[1] and missing[0].startswith(source_versions(args).dataset + "#missing-")
-    prepare_dataset("synthetic:alpaca", synthetic_num_examples=8)
+    prepare_dataset(DatasetSource.of(args))
     assert source_versions(args).dataset_cache_key == source_versions(args).dataset
 
 
@@ -88,3 +95,31 @@ def test_on_a_cluster_a_cache_key_is_what_is_downloaded_whatever_the_pod_holds(t
     assert keys[0] == keys[1]
     assert (keys[0].dataset_cache_key, keys[0].model_cache_key) == (keys[0].dataset, keys[0].model)
     assert "#missing" in source_versions(args, local=True).dataset_cache_key  # locally, the missing copy shows
+
+
+@pytest.mark.parametrize(
+    ("settings", "directory"),
+    [
+        ({}, "synthetic_alpaca-c6b95be89238"),
+        (
+            {"synthetic_num_examples": 8, "synthetic_min_words": 64, "synthetic_max_words": 80}
+            | {"synthetic_length_distribution": "normal"},
+            "synthetic_alpaca-5ab7bed0a528",
+        ),
+        ({"dataset_name": "openai/gsm8k", "dataset_split": "test"}, "openai_gsm8k-0297704013ea"),
+        (
+            {"dataset_name": "openai/gsm8k", "dataset_split": "test", "dataset_config": "socratic"},
+            "openai_gsm8k-f5475a54a5f0",
+        ),
+        ({"dataset_name": "tatsu-lab/alpaca"}, "tatsu-lab_alpaca-78e0672d0421"),
+    ],
+)
+def test_a_prepared_dataset_keeps_its_cache_directory_name(cache_dir, settings, directory):
+    """The names that copies already in a user's cache were written under: a source must still find its copy."""
+    assert dataset_destination(DatasetSource.of(TrainingArgs(**settings))) == cache_dir / "datasets" / directory
+
+
+def test_a_local_dataset_is_keyed_on_its_bytes(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"instruction": "a", "output": "b"}\n')
+    assert content_digest(data) == content_digest(tmp_path) == "fcc2a5a9707eed8e"
