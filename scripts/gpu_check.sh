@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# Run an inputs file through `pyflyte run` on a GPU machine whose image lacks flytekit/trl/liger:
-# install the wheelhouse carried in .whl/, pre-flight one short condition, then the full workflow.
+# Run an inputs file's grid through the benchmark workflow (`pyflyte run`, as `make run` does) on a GPU machine
+# whose image lacks flytekit/trl/liger: install the wheelhouse carried in .whl/, pre-flight one short liger run of
+# the file's model and data, then the whole workflow.
+#
 # usage: scripts/gpu_check.sh INPUTS OUTDIR
+#   INPUTS  any benchmark inputs file; for a shorter grid (fewer steps or repeats, another backend), a copy of one
+#           with those settings changed
+#   OUTDIR  gets gpu.txt (the GPU), workflow.log, the workflow's outputs (report.html, results.csv, steps.csv, ...)
+#           and raw_results.tgz (each run's result.json, kept whatever happens to the analysis)
+# Where the project is installed (`make install`), `make run INPUTS=... RUN_DIR=...` runs the same workflow.
 set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: scripts/gpu_check.sh INPUTS OUTDIR" >&2
+  exit 2
+fi
 inputs=$1; out=$2
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLYTECTL_CONFIG=$PWD/flyte-local.yaml
