@@ -1,29 +1,52 @@
-"""A whole grid's analysis in one step: what the report, the exported tables and every caller (the Flyte
-analysis task, the frontier's throughput report, the GPU scripts) are built from."""
+"""A whole grid's analysis in one step: everything the report states, the exported tables and every caller (the
+Flyte analysis task, the frontier's throughput report) read, computed once, as data. The report only renders
+it (`reporting.benchmark_report.grid_report`)."""
 
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finetune_bench.analysis.parity import held_out_parity, loss_parity, with_loss_parity
+from finetune_bench.analysis.parity import (
+    held_out_parity,
+    held_out_summary,
+    loss_parity,
+    parity_summary,
+    with_loss_parity,
+)
+from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stats import paired_comparison
-from finetune_bench.analysis.tables import profile_table, ranks_table, results_table, steps_table
+from finetune_bench.analysis.tables import (
+    GIB,
+    arms_vs_baseline,
+    condition_summary,
+    prediction_errors,
+    profile_table,
+    ranks_table,
+    results_table,
+    steps_table,
+)
+from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import OK, RunResult
 
 
 @dataclass
 class GridAnalysis:
-    """The results table (one row per run, each with its loss-parity verdict), the per-step table, the
-    loss-parity table, the swept axes, the environment of the first run that ended ok, and every problem that
-    left a measured run unstored or unlogged (`<condition_id>#<run_number>: <problem>`)."""
+    """What a grid measured and what follows from it. The measured tables: one row per run (each with its
+    loss-parity verdict), every step, every profiled kernel, every rank. What follows: per condition, each arm
+    against the baseline (medians, and the paired statistics the Summary states), what fits, what to run, the
+    loss and held-out parity, and the memory model's error."""
 
+    # One row per run; the swept axes; the environment of the first run that ended ok.
     table: pd.DataFrame
-    steps: pd.DataFrame
-    parity: pd.DataFrame
     swept: list[str]
     environment: dict[str, str] = field(default_factory=dict)
+    # Every step of every run (None: the runs' steps are not known, and the report has no parity verdict).
+    steps: pd.DataFrame | None = None
+    # Each arm's run against its baseline run, step by step (`analysis.parity.loss_parity`).
+    parity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Every problem that left a measured run unstored or unlogged (`<condition_id>#<run_number>: <problem>`).
     problems: list[str] = field(default_factory=list)
     # Every profiled run's per-kernel rows (`training_args.profile`); empty when no run was profiled.
     profile: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -31,12 +54,73 @@ class GridAnalysis:
     # every run had one GPU).
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per condition: runs, statuses, medians over ok runs (`analysis.tables.condition_summary`).
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Each arm against the baseline at each point of the other axes, on medians (`arms_vs_baseline`).
+    comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Each arm against the baseline over runs paired by run number: ratios, intervals and the test at `alpha`
     # (`analysis.stats.paired_comparison`): the numbers the report's Summary states, exported as `comparison`.
     paired: pd.DataFrame = field(default_factory=pd.DataFrame)
     alpha: float = 0.05
+    # Per arm, the largest batch with an ok run and the smallest that ran out of memory.
+    fitting: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per arm, the fastest configuration whose runs all finished, and the GPU memory it leaves free.
+    recommended: pd.DataFrame = field(default_factory=pd.DataFrame)
     # The held-out loss of each arm against the baseline's, pair by pair (`analysis.parity.held_out_parity`).
     held_out: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The memory model's prediction against each ok run's measured peak reserved memory.
+    memory_prediction: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The GPU's memory in GiB (None: no GPU recorded).
+    capacity_gib: float | None = None
+    # The Summary's sentences: one per arm, then the loss parity's and the held-out parity's ("" when none).
+    verdicts: list[str] = field(default_factory=list)
+    parity_verdict: str = ""
+    held_out_verdict: str = ""
+
+
+def analyze_table(
+    table: pd.DataFrame,
+    swept: list[str],
+    environment: dict[str, str] | None = None,
+    steps: pd.DataFrame | None = None,
+    parity: pd.DataFrame | None = None,
+    alpha: float = 0.05,
+    problems: list[str] | None = None,
+    profile: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
+) -> GridAnalysis:
+    """Everything that follows from a results table (one row per run) and what was measured beside it: the
+    steps (None: unknown), the loss parity (none: no verdict), the profile and the ranks."""
+    environment = dict(environment or {})
+    parity = parity if parity is not None else pd.DataFrame()
+    summary = condition_summary(table, swept)
+    comparison = arms_vs_baseline(summary, swept)
+    fitting = largest_fitting_batch(table, swept)
+    capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
+    held_out = held_out_parity(table, swept)
+    return GridAnalysis(
+        table=table,
+        swept=swept,
+        environment=environment,
+        steps=steps,
+        parity=parity,
+        problems=list(problems or []),
+        profile=profile if profile is not None else pd.DataFrame(),
+        scaling=scaling_table(table, swept),
+        ranks=ranks if ranks is not None else pd.DataFrame(),
+        summary=summary,
+        comparison=comparison,
+        paired=paired_comparison(table, swept, alpha),
+        alpha=alpha,
+        fitting=fitting,
+        recommended=recommendations(summary, swept, capacity),
+        held_out=held_out,
+        memory_prediction=prediction_errors(table),
+        capacity_gib=capacity,
+        verdicts=verdicts(comparison, fitting, parity, table) if not comparison.empty else [],
+        parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
+        held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
+    )
 
 
 def analyze_grid(
@@ -54,18 +138,16 @@ def analyze_grid(
     parity = loss_parity(steps, swept)
     table = with_loss_parity(results_table(planned, results), parity) if planned else pd.DataFrame()
     environment = next((r.environment for r in results if r is not None and r.status == OK), {})
-    problems = [f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems]
-    return GridAnalysis(
-        table=table,
-        steps=steps,
-        parity=parity,
-        swept=swept,
-        environment=dict(environment),
-        problems=problems,
+    if table.empty:
+        return GridAnalysis(table=table, swept=swept, environment=dict(environment), steps=steps, parity=parity)
+    return analyze_table(
+        table,
+        swept,
+        environment,
+        steps,
+        parity,
+        alpha,
+        problems=[f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems],
         profile=profile_table(results, profile_dirs or {}),
-        scaling=scaling_table(table, swept),
         ranks=ranks_table(results),
-        paired=paired_comparison(table, swept, alpha) if planned else pd.DataFrame(),
-        alpha=alpha,
-        held_out=held_out_parity(table, swept) if planned else pd.DataFrame(),
     )

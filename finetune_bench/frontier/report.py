@@ -34,7 +34,7 @@ from finetune_bench.frontier.settings import (
     arm_overrides,
 )
 from finetune_bench.inputs.arms import BASELINE
-from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, build_report
+from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, grid_report
 from finetune_bench.reporting.html import Report, arm_palette, figure_html, table_html
 from finetune_bench.results.record import ERROR, LOST, OK, OOM, TIMEOUT
 
@@ -296,8 +296,7 @@ def build_frontier_report(
     if throughput is None or throughput.table.empty:
         sections["Throughput"] = "<p>Throughput was not measured at the frontier (measure_throughput is off).</p>"
     else:
-        t = throughput
-        benchmark = build_report(t.table, t.swept, environment, t.steps, t.parity).sections
+        benchmark = grid_report(throughput).sections
         intro = (
             "<p>Full-length runs (the training settings' max_steps, repeated n_runs times) of every arm at its own "
             "batch frontier and at the largest batch every arm fits.</p>"

@@ -6,6 +6,7 @@ with its status and error, and every run.
 """
 
 import html
+from collections.abc import Callable
 
 import matplotlib
 
@@ -16,17 +17,8 @@ import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
-from finetune_bench.analysis.parity import DIVERGED, held_out_parity, held_out_summary, parity_summary  # noqa: E402
-from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations  # noqa: E402
-from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI, paired_comparison  # noqa: E402
-from finetune_bench.analysis.tables import (  # noqa: E402
-    GIB,
-    arms_vs_baseline,
-    condition_summary,
-    prediction_errors,
-    profile_categories,
-    ran_on_cpu,
-)
+from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
+from finetune_bench.analysis.tables import profile_categories, ran_on_cpu  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
 from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT
@@ -256,11 +248,6 @@ def _step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | Non
     return fig
 
 
-def _capacity_gib(environment: dict[str, str]) -> float | None:
-    value = environment.get("gpu_memory_bytes")
-    return float(value) / GIB if value else None
-
-
 def _ratio_text(ratio: float, low: float, high: float) -> str:
     if pd.isna(ratio):
         return "–"
@@ -291,65 +278,16 @@ def _how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     return out
 
 
-def _span(values: pd.Series) -> str:
-    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
-
-
-def gpu_count_text(world_sizes: pd.Series) -> str:
-    """How many GPUs the runs had: "1 GPU", "8 GPUs", "1–2 GPUs"."""
-    low, high = int(world_sizes.min()), int(world_sizes.max())
-    count = f"{low}" if low == high else f"{low}–{high}"
-    return f"{count} GPU" + ("" if high == 1 else "s")
-
-
-def verdicts(
-    comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame, table: pd.DataFrame | None = None
-) -> list[str]:
-    """One line per arm: its throughput and memory ratios over the conditions where both it and the
-    baseline ran, on how many GPUs (from `table`), the largest batch each fits, and whether its loss matched the
-    baseline's."""
-    lines = []
-    for arm, rows in comparison.groupby("arm", sort=False):
-        both = rows.dropna(subset=["throughput_ratio"])
-        if both.empty:
-            lines.append(f"{arm}: no condition has ok runs in both this arm and the baseline; nothing to compare.")
-            continue
-        speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
-        line = f"{arm} vs baseline: throughput {_span(speed)}"
-        if not memory.empty:
-            line += f", peak reserved memory {_span(memory)}"
-        line += f" over {len(both)} condition(s)"
-        if table is not None and "world_size" in table and "arm" in table:
-            mine = table[(table["arm"] == arm) & (table["status"] == OK)]["world_size"]
-            if not mine.empty:
-                line += f" on {gpu_count_text(mine)}" + (" (memory: the largest rank's)" if mine.max() > 1 else "")
-        if not fitting.empty:
-            mine = fitting[fitting["arm"] == arm]["largest_ok_batch"].max()
-            base = fitting[fitting["arm"] == BASELINE]["largest_ok_batch"].max()
-            if pd.notna(mine) and pd.notna(base):
-                line += f"; largest batch that fit {mine:g} vs {base:g}"
-        if not parity.empty and arm in set(parity["arm"]):
-            verdict = parity[parity["arm"] == arm]["verdict"]
-            line += f"; loss {int((verdict == 'match').sum())} of {len(verdict)} pairs match"
-            if (verdict == DIVERGED).any():
-                line += " (DIVERGED: see Loss parity)"
-        missing = len(rows) - len(both)
-        if missing:
-            line += f"; {missing} condition(s) lack an ok run on one side (see Conditions)"
-        lines.append(line + ".")
-    return lines
-
-
-def _prediction_html(table: pd.DataFrame) -> str:
+def _prediction_html(a: GridAnalysis) -> str:
     """The memory model's prediction against the measured peak of every ok run, and what it skipped."""
     parts = []
-    skipped = table[table["status"] == PREDICTED_OOM]
+    skipped = a.table[a.table["status"] == PREDICTED_OOM]
     if not skipped.empty:
         parts.append(
             f"<p>{len(skipped)} run(s) were not launched: the memory model predicts they run out of memory "
             "(<code>skip_predicted_oom</code>). Their reasons are under Conditions.</p>"
         )
-    errors = prediction_errors(table)
+    errors = a.memory_prediction
     if errors.empty:
         return "<h3>Predicted memory</h3>" + "".join(parts) if parts else ""
     worst = errors["error"].abs().max()
@@ -365,9 +303,10 @@ def _prediction_html(table: pd.DataFrame) -> str:
     return "<h3>Predicted memory</h3>" + "".join(parts)
 
 
-def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[str], held_out: pd.DataFrame) -> str:
+def _held_out_html(a: GridAnalysis) -> str:
     """The held-out evaluation: its curves, every run's loss before and after training, and each arm's run
     against its baseline run."""
+    table, steps, swept = a.table, a.steps, a.swept
     errors = table[table.get("eval_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
     warning = ""
     if not errors.empty:
@@ -390,10 +329,10 @@ def _held_out_html(table: pd.DataFrame, steps: pd.DataFrame | None, swept: list[
     keys = [*swept, "run_number"] if swept else ["condition_id", "run_number"]
     columns = [*keys, "status", "initial_eval_loss", "final_eval_loss", "final_eval_perplexity", "eval_time_s"]
     parts.append(table_html(table[table["final_eval_loss"].notna()][columns].round(4)))
-    if not held_out.empty:
+    if not a.held_out.empty:
         parts.append(
             "<p>Each arm's run against the baseline run with the same other settings and run number, after the "
-            "last step.</p>" + table_html(held_out.round(4))
+            "last step.</p>" + table_html(a.held_out.round(4))
         )
     return "".join(parts)
 
@@ -433,9 +372,12 @@ def _scaling_figure(scaling: pd.DataFrame, swept: list[str]) -> plt.Figure | Non
     return fig
 
 
-def _scaling_html(scaling: pd.DataFrame, ranks: pd.DataFrame, swept: list[str]) -> str:
-    """The Scaling tab: throughput against GPUs with the ideal line, each condition's scaling efficiency, and
-    every rank's memory."""
+def _scaling_tab(a: GridAnalysis) -> str | None:
+    """Runs on several GPUs: throughput against GPUs with the ideal line, each condition's scaling efficiency,
+    and every rank's memory (no tab when every run had one GPU)."""
+    if a.scaling.empty:
+        return None
+    scaling, ranks, swept = a.scaling, a.ranks, a.swept
     parts = [
         "<p>Runs on several GPUs: tokens/s of all GPUs together (their tokens over the slowest rank's measured "
         "time), per GPU, and the scaling efficiency, tokens/s over the GPUs × the same settings' tokens/s on one "
@@ -498,46 +440,21 @@ def _profile_html(profile: pd.DataFrame, swept: list[str]) -> str:
     return "".join(parts)
 
 
-def build_report(
-    table: pd.DataFrame,
-    swept: list[str],
-    environment: dict[str, str],
-    steps: pd.DataFrame | None = None,
-    parity: pd.DataFrame | None = None,
-    experiment_name: str = "",
-    alpha: float = 0.05,
-    problems: list[str] | None = None,
-    profile: pd.DataFrame | None = None,
-    scaling: pd.DataFrame | None = None,
-    ranks: pd.DataFrame | None = None,
-    notes: list[str] | None = None,
-    paired: pd.DataFrame | None = None,
-    held_out: pd.DataFrame | None = None,
-) -> Report:
-    """The report from the results table (one row per run), the per-step table and the loss-parity table
-    (`finetune_bench.analysis.parity.loss_parity`; none: the report has no parity verdict). `problems`: what
-    left a measured run unstored or unlogged, shown first; `notes`: what the execution does not keep (on a
-    cluster: no persistent results store, no W&B), shown after them. `paired` and `held_out`: the paired
-    comparison and the held-out parity when already computed (`GridAnalysis`), else computed here."""
-    summary = condition_summary(table, swept)
-    parity = parity if parity is not None else pd.DataFrame()
-    comparison = arms_vs_baseline(summary, swept)
-    paired = paired if paired is not None else paired_comparison(table, swept, alpha)
-    fitting = largest_fitting_batch(table, swept)
-    capacity = _capacity_gib(environment)
-    sections: dict[str, str] = {}
-
+def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
+    """The answer first: what was not kept, the runs' statuses, one verdict per arm, how sure, what fits, what
+    to run, whether the loss still matches, and the environment."""
+    table = a.table
     overview = []
     if ran_on_cpu(table):
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
-    if problems:
-        items = "".join(f"<li>{html.escape(problem)}</li>" for problem in problems)
+    if a.problems:
+        items = "".join(f"<li>{html.escape(problem)}</li>" for problem in a.problems)
         overview.append(
             '<div class="warning"><b>Not everything was kept.</b> These runs were measured and are in this '
             f"report, but what follows went wrong around them (the workflow ends with a failing status):<ul>{items}"
             "</ul></div>"
         )
-    for note in notes or []:
+    for note in notes:
         overview.append(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>')
     counts = table["status"].value_counts()
     overview.append(
@@ -548,152 +465,164 @@ def build_report(
     )
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
-    if not comparison.empty:
-        overview.extend(
-            f'<p class="verdict">{html.escape(line)}</p>' for line in verdicts(comparison, fitting, parity, table)
-        )
-    if not paired.empty:
+    overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
+    if not a.paired.empty:
         overview.append(
             f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
             f"ratio of runs paired by run number (× &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} "
             f"bootstrap interval in brackets (from {MIN_PAIRS_FOR_CI} pairs), and a paired t-test on the "
-            f"logarithms at alpha {alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the noise floor: "
+            f"logarithms at alpha {a.alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the noise floor: "
             "a difference inside it is not distinguishable from run-to-run noise.</p>"
         )
-        overview.append(table_html(_how_sure_table(paired, swept)))
-    if not fitting.empty:
+        overview.append(table_html(_how_sure_table(a.paired, a.swept)))
+    if not a.fitting.empty:
         overview.append(
             "<h3>What fits</h3><p>The largest batch size with an ok run, and the smallest that ran out of memory, "
-            "per arm.</p>" + table_html(fitting)
+            "per arm.</p>" + table_html(a.fitting)
         )
-    recommended = recommendations(summary, swept, capacity)
-    if not recommended.empty:
+    if not a.recommended.empty:
         overview.append(
             "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
             "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>"
-            + table_html(recommended)
+            + table_html(a.recommended)
         )
-    if "arm" in swept and steps is not None:
-        overview.append(f"<p><b>{html.escape(parity_summary(parity))}</b></p>")
-    held_out = held_out if held_out is not None else held_out_parity(table, swept)
-    if not held_out.empty:
-        overview.append(f"<p><b>{html.escape(held_out_summary(held_out))}</b></p>")
-    env_items = {k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}
-    if capacity:
-        env_items["gpu_memory_gib"] = f"{capacity:.1f}"
+    overview.extend(f"<p><b>{html.escape(line)}</b></p>" for line in (a.parity_verdict, a.held_out_verdict) if line)
+    env_items = {k: a.environment[k] for k in ENVIRONMENT_KEYS if k in a.environment}
+    if a.capacity_gib:
+        env_items["gpu_memory_gib"] = f"{a.capacity_gib:.1f}"
     if env_items:
         overview.append("<h3>Environment</h3>" + table_html(pd.DataFrame([env_items])))
-    sections["Summary"] = "\n".join(overview)
+    return "\n".join(overview)
 
-    sections["Throughput"] = (
+
+def _throughput_tab(a: GridAnalysis) -> str:
+    return (
         "<p>Non-padding tokens per second over the measured steps (warm-up excluded). Bars: median over repeats; "
         "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>"
         + figure_html(
-            _bar_panel(table, "tokens_per_second", "non-padding tokens/s", swept, "Throughput"),
+            _bar_panel(a.table, "tokens_per_second", "non-padding tokens/s", a.swept, "Throughput"),
             "throughput by batch size",
         )
     )
 
-    memory_parts = []
+
+def _memory_tab(a: GridAnalysis) -> str:
+    table, swept = a.table, a.swept
+    parts = []
     if table["peak_reserved_gib"].notna().any():
         for metric, label in (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved")):
-            fig = _bar_panel(table, metric, f"{label} memory (GiB)", swept, f"{label.capitalize()} memory", capacity)
-            memory_parts.append(figure_html(fig, f"{label} memory by batch size"))
+            fig = _bar_panel(
+                table, metric, f"{label} memory (GiB)", swept, f"{label.capitalize()} memory", a.capacity_gib
+            )
+            parts.append(figure_html(fig, f"{label} memory by batch size"))
         note = "PyTorch's allocator peaks (allocated: tensors; reserved: what the allocator holds from the GPU)."
     else:
         fig = _bar_panel(table, "process_peak_rss_gib", "process peak RSS (GiB, host memory)", swept, "Peak memory")
-        memory_parts.append(figure_html(fig, "peak memory by batch size"))
+        parts.append(figure_html(fig, "peak memory by batch size"))
         note = "No GPU: the process's peak resident memory on the host."
-    sections["Memory"] = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
-    sections["Memory"] += "\n".join(memory_parts)
-    sections["Memory"] += _prediction_html(table)
+    intro = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
+    return intro + "\n".join(parts) + _prediction_html(a)
 
-    speed_parts = []
-    speedup = _speedup_figure(comparison, summary, swept)
+
+def _speedup_tab(a: GridAnalysis) -> str:
+    parts = []
+    speedup = _speedup_figure(a.comparison, a.summary, a.swept)
     if speedup is not None:
-        speed_parts.append(figure_html(speedup, "throughput ratio heatmap"))
-    elif not comparison.empty:
-        speed_parts.append(
+        parts.append(figure_html(speedup, "throughput ratio heatmap"))
+    elif not a.comparison.empty:
+        parts.append(
             "<p>No batch-size grid with ok runs in both an arm and the baseline: the ratios as a table.</p>"
-            + table_html(comparison)
+            + table_html(a.comparison)
         )
     else:
-        speed_parts.append("<p>Only one arm ran: nothing to compare.</p>")
-    if table["mfu"].notna().any():
-        speed_parts.append(
-            figure_html(_bar_panel(table, "mfu", "model FLOPs utilization", swept, "MFU"), "MFU per condition")
+        parts.append("<p>Only one arm ran: nothing to compare.</p>")
+    if a.table["mfu"].notna().any():
+        parts.append(
+            figure_html(_bar_panel(a.table, "mfu", "model FLOPs utilization", a.swept, "MFU"), "MFU per condition")
         )
-        speed_parts.append("<p>MFU: model FLOPs per token × tokens/s over the GPU's dense bf16 peak.</p>")
+        parts.append("<p>MFU: model FLOPs per token × tokens/s over the GPU's dense bf16 peak.</p>")
     else:
-        speed_parts.append("<p>MFU: not known for this device (no GPU, or a GPU without a known peak).</p>")
-    sections["Speedup"] = "\n".join(speed_parts)
+        parts.append("<p>MFU: not known for this device (no GPU, or a GPU without a known peak).</p>")
+    return "\n".join(parts)
 
-    curves = _loss_curves_figure(steps, swept)
-    sections["Loss curves"] = (
-        figure_html(curves, "loss curves") if curves is not None else "<p>No run recorded a loss.</p>"
-    )
-    if not parity.empty:
-        sections["Loss curves"] += (
+
+def _loss_curves_tab(a: GridAnalysis) -> str:
+    curves = _loss_curves_figure(a.steps, a.swept)
+    content = figure_html(curves, "loss curves") if curves is not None else "<p>No run recorded a loss.</p>"
+    if not a.parity.empty:
+        content += (
             "<h3>Loss parity</h3><p>Each arm's run against the baseline run with the same other settings and run "
-            "number (same seed, same data order), step by step.</p>" + table_html(parity)
+            "number (same seed, same data order), step by step.</p>" + table_html(a.parity)
         )
-    sections["Loss curves"] += _held_out_html(table, steps, swept, held_out)
-    times = _step_time_figure(steps, swept)
-    sections["Step times"] = (
-        figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
-    )
+    return content + _held_out_html(a)
 
-    if scaling is not None and not scaling.empty:
-        sections["Scaling"] = _scaling_html(scaling, ranks if ranks is not None else pd.DataFrame(), swept)
 
-    failed_profiles = table[table.get("profile_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
-    if (profile is not None and not profile.empty) or not failed_profiles.empty:
-        sections["Profile"] = ""
-        if not failed_profiles.empty:
-            items = "".join(
-                f"<li>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.profile_error)}</li>"
-                for row in failed_profiles.itertuples(index=False)
-            )
-            sections["Profile"] += (
-                '<div class="warning"><b>Profiles that failed.</b> These runs were measured (their figures stand); '
-                f"the profile after their timed steps did not complete:<ul>{items}</ul></div>"
-            )
-        if profile is not None and not profile.empty:
-            sections["Profile"] += _profile_html(profile, swept)
+def _step_times_tab(a: GridAnalysis) -> str:
+    times = _step_time_figure(a.steps, a.swept)
+    return figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
 
-    conditions = [table_html(summary)]
-    failures = table[table["status"] != OK]
+
+def _profile_tab(a: GridAnalysis) -> str | None:
+    """The profiled steps, and the runs whose profile failed (no tab when no run was profiled)."""
+    table = a.table
+    failed = table[table.get("profile_error", pd.Series("", index=table.index)).fillna("").astype(str) != ""]
+    if a.profile.empty and failed.empty:
+        return None
+    content = ""
+    if not failed.empty:
+        items = "".join(
+            f"<li>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.profile_error)}</li>"
+            for row in failed.itertuples(index=False)
+        )
+        content += (
+            '<div class="warning"><b>Profiles that failed.</b> These runs were measured (their figures stand); '
+            f"the profile after their timed steps did not complete:<ul>{items}</ul></div>"
+        )
+    if not a.profile.empty:
+        content += _profile_html(a.profile, a.swept)
+    return content
+
+
+def _conditions_tab(a: GridAnalysis) -> str:
+    """Every condition's summary, then every run that did not end ok, with its reason and error."""
+    parts = [table_html(a.summary)]
+    failures = a.table[a.table["status"] != OK]
     if failures.empty:
-        conditions.append("<p>No run failed.</p>")
+        parts.append("<p>No run failed.</p>")
     for row in failures.itertuples(index=False):
-        conditions.append(
+        parts.append(
             f"<h3>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.status)}</h3>"
             f"<p>{html.escape(str(row.reason))}</p>"
             f"<pre>{html.escape(str(getattr(row, 'error_tail', '') or ''))}</pre>"
         )
-    sections["Conditions"] = "\n".join(conditions)
+    return "\n".join(parts)
+
+
+def _runs_tab(a: GridAnalysis) -> str:
     # Whether a run was reused from the results store is bookkeeping: a resumed grid reports like an uninterrupted one.
-    run_columns = [c for c in table.columns if c not in ("error_tail", "reused")]
-    sections["Runs"] = table_html(table[run_columns])
-    return Report(sections=sections)
+    return table_html(a.table[[c for c in a.table.columns if c not in ("error_tail", "reused")]])
+
+
+# The tabs after the Summary, in order; a renderer that returns None leaves its tab out.
+TABS: tuple[tuple[str, Callable[[GridAnalysis], str | None]], ...] = (
+    ("Throughput", _throughput_tab),
+    ("Memory", _memory_tab),
+    ("Speedup", _speedup_tab),
+    ("Loss curves", _loss_curves_tab),
+    ("Step times", _step_times_tab),
+    ("Scaling", _scaling_tab),
+    ("Profile", _profile_tab),
+    ("Conditions", _conditions_tab),
+    ("Runs", _runs_tab),
+)
 
 
 def grid_report(analysis: GridAnalysis, experiment_name: str = "", notes: list[str] | None = None) -> Report:
-    """The report of a whole grid's analysis."""
-    a = analysis
-    return build_report(
-        a.table,
-        a.swept,
-        a.environment,
-        a.steps,
-        a.parity,
-        experiment_name,
-        alpha=a.alpha,
-        problems=a.problems,
-        profile=a.profile,
-        scaling=a.scaling,
-        ranks=a.ranks,
-        notes=notes,
-        paired=a.paired,
-        held_out=a.held_out,
-    )
+    """The report of a grid's analysis (`analysis.grid`): it renders, it computes nothing. `notes`: what the
+    execution does not keep (on a cluster: no persistent results store, no W&B), shown after the problems."""
+    sections = {"Summary": _summary_tab(analysis, experiment_name, notes or [])}
+    for name, render in TABS:
+        content = render(analysis)
+        if content is not None:
+            sections[name] = content
+    return Report(sections=sections)

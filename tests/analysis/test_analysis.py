@@ -6,12 +6,13 @@ from html import escape
 import pandas as pd
 import pytest
 
+from finetune_bench.analysis.grid import analyze_table
 from finetune_bench.analysis.parity import held_out_parity
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.tables import arms_vs_baseline, condition_summary, results_table, steps_table
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
-from finetune_bench.reporting.benchmark_report import CPU_WARNING, build_report
+from finetune_bench.reporting.benchmark_report import CPU_WARNING, grid_report
 from finetune_bench.results.record import RunResult
 
 GIB = 1024**3
@@ -82,7 +83,7 @@ def test_comparison_uses_medians_and_keeps_failed_conditions(grid):
 def test_report_has_every_tab_marks_failures_and_says_where_it_ran(grid):
     table = results_table(*grid)
     environment = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_bytes": str(80 * GIB), "torch": "2.11"}
-    report = build_report(table, SWEPT, environment)
+    report = grid_report(analyze_table(table, SWEPT, environment))
     assert list(report.sections) == [
         "Summary", "Throughput", "Memory", "Speedup", "Loss curves", "Step times", "Conditions", "Runs",
     ]  # fmt: skip
@@ -118,7 +119,7 @@ def test_a_repeated_baseline_shows_the_noise_floor_in_the_summary():
     experiment = ExperimentArgs(arm=["liger", "baseline", "baseline_repeat"], per_device_train_batch_size=[8])
     planned = plan_runs(experiment, TrainingArgs(), n_runs=3)
     table = results_table(planned, [fake_result(run) for run in planned])
-    summary = build_report(table, SWEPT, {}).sections["Summary"]
+    summary = grid_report(analyze_table(table, SWEPT, {})).sections["Summary"]
     assert "baseline_repeat vs baseline: throughput ×1.00" in summary
     assert "noise floor" in summary and "A/A" in summary
 
@@ -126,7 +127,7 @@ def test_a_repeated_baseline_shows_the_noise_floor_in_the_summary():
 def test_cpu_runs_carry_the_warning():
     planned = plan_runs(EXPERIMENT, TrainingArgs(), n_runs=1)
     table = results_table(planned, [fake_result(run, device="cpu") for run in planned])
-    assert escape(CPU_WARNING) in build_report(table, SWEPT, {}).to_html()
+    assert escape(CPU_WARNING) in grid_report(analyze_table(table, SWEPT, {})).to_html()
 
 
 def test_steps_table_tags_each_step_with_its_run(tmp_path):
@@ -150,7 +151,7 @@ def test_extra_swept_axis_gets_its_own_panel():
     experiment = dataclasses.replace(EXPERIMENT, max_seq_length=[128, 256])
     planned = plan_runs(experiment, TrainingArgs(), n_runs=1)
     table = results_table(planned, [fake_result(run) for run in planned])
-    report = build_report(table, [*SWEPT, "max_seq_length"], {})
+    report = grid_report(analyze_table(table, [*SWEPT, "max_seq_length"], {}))
     comparison = arms_vs_baseline(condition_summary(table, [*SWEPT, "max_seq_length"]), [*SWEPT, "max_seq_length"])
     assert len(comparison) == 4
     assert "over 4 condition(s)" in report.sections["Summary"]
@@ -178,7 +179,7 @@ def test_held_out_losses_pair_each_arm_run_with_its_baseline_and_reach_the_repor
     assert held_out[["per_device_train_batch_size", "run_number", "arm"]].values.tolist() == [[8, 0, "liger"]]
     assert held_out["difference"].iloc[0] == pytest.approx(0.201)
     assert held_out["verdict"].iloc[0] == "differs"
-    report = build_report(table, SWEPT, {})
+    report = grid_report(analyze_table(table, SWEPT, {}))
     assert "Held-out loss: 0 of 1 arm/baseline pair match" in report.sections["Summary"]
     assert "+0.2010" in report.sections["Summary"]
     assert "<h3>Held-out loss</h3>" in report.sections["Loss curves"]
@@ -186,5 +187,5 @@ def test_held_out_losses_pair_each_arm_run_with_its_baseline_and_reach_the_repor
 
 
 def test_no_held_out_section_without_an_evaluation(grid):
-    report = build_report(results_table(*grid), SWEPT, {})
+    report = grid_report(analyze_table(results_table(*grid), SWEPT, {}))
     assert "Held-out" not in report.to_html()

@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from finetune_bench.analysis.grid import analyze_table
 from finetune_bench.analysis.tables import profile_categories, profile_table, results_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.profiling import CATEGORY_NAMES, PROFILE_FILE, TRACE_FILE, category_of
-from finetune_bench.reporting.benchmark_report import build_report
+from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_in_child
 
@@ -125,10 +126,10 @@ def test_the_report_compares_arms_by_category(profiled):
         for r in results
     ]
     table = results_table(planned, results)
-    report = build_report(table, ["arm"], {}, profile=profile)
+    report = grid_report(analyze_table(table, ["arm"], {}, profile=profile))
     section = report.sections["Profile"]
     assert "liger − baseline" in section and "Top kernels" in section and "data:image/png;base64," in section
-    assert "Profile" not in build_report(table, ["arm"], {}).sections
+    assert "Profile" not in grid_report(analyze_table(table, ["arm"], {})).sections
 
 
 def test_the_workflow_exports_each_profile(tmp_path):
@@ -175,5 +176,5 @@ def test_the_report_names_the_runs_whose_profile_failed(profiled):
     ]
     table = results_table(planned, [result])
     assert table["profile_error"].tolist() == ["OutOfMemoryError: CUDA"] and table["status"].tolist() == ["ok"]
-    section = build_report(table, [], {}).sections["Profile"]
+    section = grid_report(analyze_table(table, [], {})).sections["Profile"]
     assert "Profiles that failed" in section and "OutOfMemoryError: CUDA" in section

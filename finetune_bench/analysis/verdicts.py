@@ -1,0 +1,56 @@
+"""The Summary's first lines: one sentence per arm, from the comparison, the fitting batches and the parity."""
+
+import pandas as pd
+
+from finetune_bench.analysis.parity import DIVERGED
+from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.results.record import OK
+
+
+def _span(values: pd.Series) -> str:
+    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
+
+
+def gpu_count_text(world_sizes: pd.Series) -> str:
+    """How many GPUs the runs had: "1 GPU", "8 GPUs", "1–2 GPUs"."""
+    low, high = int(world_sizes.min()), int(world_sizes.max())
+    count = f"{low}" if low == high else f"{low}–{high}"
+    return f"{count} GPU" + ("" if high == 1 else "s")
+
+
+def verdicts(
+    comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame, table: pd.DataFrame | None = None
+) -> list[str]:
+    """One line per arm: its throughput and memory ratios over the conditions where both it and the
+    baseline ran, on how many GPUs (from `table`), the largest batch each fits, and whether its loss matched the
+    baseline's."""
+    lines = []
+    for arm, rows in comparison.groupby("arm", sort=False):
+        both = rows.dropna(subset=["throughput_ratio"])
+        if both.empty:
+            lines.append(f"{arm}: no condition has ok runs in both this arm and the baseline; nothing to compare.")
+            continue
+        speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
+        line = f"{arm} vs baseline: throughput {_span(speed)}"
+        if not memory.empty:
+            line += f", peak reserved memory {_span(memory)}"
+        line += f" over {len(both)} condition(s)"
+        if table is not None and "world_size" in table and "arm" in table:
+            mine = table[(table["arm"] == arm) & (table["status"] == OK)]["world_size"]
+            if not mine.empty:
+                line += f" on {gpu_count_text(mine)}" + (" (memory: the largest rank's)" if mine.max() > 1 else "")
+        if not fitting.empty:
+            mine = fitting[fitting["arm"] == arm]["largest_ok_batch"].max()
+            base = fitting[fitting["arm"] == BASELINE]["largest_ok_batch"].max()
+            if pd.notna(mine) and pd.notna(base):
+                line += f"; largest batch that fit {mine:g} vs {base:g}"
+        if not parity.empty and arm in set(parity["arm"]):
+            verdict = parity[parity["arm"] == arm]["verdict"]
+            line += f"; loss {int((verdict == 'match').sum())} of {len(verdict)} pairs match"
+            if (verdict == DIVERGED).any():
+                line += " (DIVERGED: see Loss parity)"
+        missing = len(rows) - len(both)
+        if missing:
+            line += f"; {missing} condition(s) lack an ok run on one side (see Conditions)"
+        lines.append(line + ".")
+    return lines
