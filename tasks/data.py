@@ -1,6 +1,7 @@
 """Cached download tasks: a dataset and a model, each as a directory."""
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,9 +73,9 @@ def download_dataset(
     that is gone, is prepared again instead of served from the cache."""
     with _source_errors("dataset", dataset_name):
         source = DatasetSource(
-            name=dataset_name,
-            split=dataset_split,
-            config=dataset_config,
+            dataset_name=dataset_name,
+            dataset_split=dataset_split,
+            dataset_config=dataset_config,
             synthetic_num_examples=synthetic_num_examples,
             synthetic_min_words=synthetic_min_words,
             synthetic_max_words=synthetic_max_words,
@@ -115,16 +116,9 @@ def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, P
     their versions (`SourceVersions`), which the results store's keys include."""
     versions = identify_sources(training_args=training_args)
     after >> versions
-    dataset_dir = download_dataset(
-        dataset_name=training_args.dataset_name,
-        dataset_split=training_args.dataset_split,
-        synthetic_num_examples=training_args.synthetic_num_examples,
-        synthetic_min_words=training_args.synthetic_min_words,
-        synthetic_max_words=training_args.synthetic_max_words,
-        dataset_config=training_args.dataset_config,
-        synthetic_length_distribution=training_args.synthetic_length_distribution,
-        version=versions.dataset_cache_key,
-    )
+    # the task's inputs are the dataset settings of `training_args`, by name
+    dataset_settings = {field.name: getattr(training_args, field.name) for field in dataclasses.fields(DatasetSource)}
+    dataset_dir = download_dataset(**dataset_settings, version=versions.dataset_cache_key)
     model_dir = download_model(model_name=training_args.model_name, version=versions.model_cache_key)
     return dataset_dir, model_dir, versions
 

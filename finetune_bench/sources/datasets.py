@@ -4,7 +4,7 @@ and loaded back as prompt/completion pairs."""
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,13 +28,13 @@ SOURCE_FILE = "source.json"
 
 @dataclass(frozen=True)
 class DatasetSource:
-    """A dataset as the training settings name it (`name`: a hub id, a local path or `synthetic:<format>`), with
-    what its preparation depends on: the split and config of a hub or local dataset, the size and response
-    lengths of a generated one."""
+    """A dataset as the training settings name it (`dataset_name`: a hub id, a local path or `synthetic:<format>`),
+    with what its preparation depends on: the split and config of a hub or local dataset, the size and response
+    lengths of a generated one. Each field is the `TrainingArgs` setting of the same name."""
 
-    name: str
-    split: str
-    config: str
+    dataset_name: str
+    dataset_split: str
+    dataset_config: str
     synthetic_num_examples: int
     synthetic_min_words: int
     synthetic_max_words: int
@@ -42,17 +42,8 @@ class DatasetSource:
 
     @classmethod
     def of(cls, training_args: TrainingArgs) -> "DatasetSource":
-        """The dataset of `training_args` (its `dataset_*` and `synthetic_*` settings)."""
-        t = training_args
-        return cls(
-            name=t.dataset_name,
-            split=t.dataset_split,
-            config=t.dataset_config,
-            synthetic_num_examples=t.synthetic_num_examples,
-            synthetic_min_words=t.synthetic_min_words,
-            synthetic_max_words=t.synthetic_max_words,
-            synthetic_length_distribution=t.synthetic_length_distribution,
-        )
+        """The dataset of `training_args`."""
+        return cls(**{field.name: getattr(training_args, field.name) for field in fields(cls)})
 
 
 def prepare_dataset(source: DatasetSource, hf_token: str | None = None, root: Path | None = None) -> Path:
@@ -62,8 +53,8 @@ def prepare_dataset(source: DatasetSource, hf_token: str | None = None, root: Pa
       `synthetic_length_distribution`.
     - a local path: a `save_to_disk` directory, or a json/jsonl/csv/parquet file, keyed on its content (an
       edited file is read again).
-    - anything else: a hub id, fetched with `datasets.load_dataset(name, config, split=split)`; `config` empty
-      means the registry's default for a dataset it knows (gsm8k: "main"), else none.
+    - anything else: a hub id, fetched with `datasets.load_dataset(dataset_name, dataset_config, split=dataset_split)`;
+      `dataset_config` empty means the registry's default for a dataset it knows (gsm8k: "main"), else none.
 
     The directory records the dataset's format (`SOURCE_FILE`), found by hub id or by columns: a
     dataset in no known format fails here, before any training.
@@ -82,7 +73,7 @@ def _dataset_plan(
     source: DatasetSource, hf_token: str | None, root: Path | None
 ) -> tuple[Path, Callable[[Path], None]]:
     """Where `source` is prepared, and the function that prepares it there (see `prepare_dataset`)."""
-    dataset_name, split = source.name, source.split
+    dataset_name, split = source.dataset_name, source.dataset_split
     root = root or cache_root() / "datasets"
     if dataset_name.startswith(SYNTHETIC_PREFIX):
         fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
@@ -135,7 +126,7 @@ def _dataset_plan(
         params = {"split": split, "content": content_digest(local)}
         return root / slug(str(local.resolve()), params), load_local
 
-    hub_config = default_config(dataset_name, source.config)
+    hub_config = default_config(dataset_name, source.dataset_config)
     # Without a config the slug is the one earlier versions wrote: their downloads stay valid.
     params = {"split": split, "config": hub_config} if hub_config else {"split": split}
 

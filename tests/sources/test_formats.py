@@ -272,7 +272,7 @@ def test_hub_download_passes_the_default_config_and_records_the_format(tmp_path,
     assert calls == [("openai/gsm8k", "main", "test", "tok")]
     assert recorded_format(data_dir) == "gsm8k"
     assert load_prompt_completion(data_dir)[0]["completion"] == GSM8K_ANSWER
-    other = prepare_dataset(dataclasses.replace(gsm8k_test, config="socratic"), root=tmp_path)
+    other = prepare_dataset(dataclasses.replace(gsm8k_test, dataset_config="socratic"), root=tmp_path)
     assert calls[-1][1] == "socratic" and other != data_dir
 
 
