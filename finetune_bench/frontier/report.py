@@ -1,7 +1,7 @@
 """The memory-frontier report: per arm and dimension the frontier, its peak memory against the GPU's
 capacity, every probe, the liger / baseline ratios, and (optionally) throughput measured at the frontier.
 
-Builds on `finetune_bench.report` (same page layout, figure embedding and tables; its full benchmark
+Builds on `finetune_bench.reporting` (same page layout, figure embedding and tables; its full benchmark
 report is reused for the throughput section).
 """
 
