@@ -8,13 +8,38 @@ from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import Problems, SpecError
-from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
+from finetune_bench.inputs.settings import (
+    ExperimentArgs,
+    StrictFromJson,
+    TrainingArgs,
+    check_fields,
+    check_setting,
+    requirement,
+    setting,
+)
 from finetune_bench.inputs.validation import validate, validate_condition
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.
 BATCH_SIZE = "per_device_train_batch_size"
 SEQ_LENGTH = "max_seq_length"
 DIMENSIONS = (BATCH_SIZE, SEQ_LENGTH)
+
+
+def at_least(default: int, minimum: int) -> Any:
+    """An integer setting of at least `minimum`."""
+    return setting(
+        default,
+        requirement(_is_int, "must be an integer"),
+        requirement(lambda v: v >= minimum, f"must be at least {minimum}"),
+    )
+
+
+def flag(default: bool) -> Any:
+    return setting(default, requirement(lambda v: isinstance(v, bool), "must be true or false"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -55,9 +80,9 @@ class BatchSizeSearch(StrictFromJson):
     SECTION = "batch_size_search"
 
     # Search this dimension at all; the first batch size probed, and the largest one tried.
-    enabled: bool = True
-    start: int = 1
-    cap: int = 256
+    enabled: bool = flag(True)
+    start: int = at_least(1, minimum=1)
+    cap: int = at_least(256, minimum=1)
 
 
 @dataclass
@@ -67,14 +92,14 @@ class SeqLengthSearch(StrictFromJson):
     SECTION = "seq_length_search"
 
     # Search this dimension at all.
-    enabled: bool = True
+    enabled: bool = flag(True)
     # The per-device batch size every probe of this search trains with.
-    batch_size: int = 1
+    batch_size: int = at_least(1, minimum=1)
     # The first sequence length probed and the longest tried (both multiples of granularity).
-    start: int = 1024
-    cap: int = 32768
+    start: int = at_least(1024, minimum=1)
+    cap: int = at_least(32768, minimum=1)
     # The frontier is found to this many tokens (bisection stops when the bracket is this narrow).
-    granularity: int = 256
+    granularity: int = at_least(256, minimum=1)
 
 
 @dataclass
@@ -86,17 +111,35 @@ class ProbeSettings(StrictFromJson):
     SECTION = "probes"
 
     # Optimizer steps per probe, and how many of them are warm-up (left out of the probe's timing).
-    max_steps: int = 2
-    timing_warmup_steps: int = 1
+    max_steps: int = at_least(2, minimum=1)
+    timing_warmup_steps: int = at_least(1, minimum=0)
     # Tries after the first for a probe that fails for another reason than memory (error, timeout).
-    retries: int = 1
+    retries: int = at_least(1, minimum=0)
     # Re-probes of the frontier; one that runs out of memory moves the frontier below it.
-    confirmations: int = 1
+    confirmations: int = at_least(1, minimum=0)
     # Seconds after which a probe is killed and counts as a timeout.
-    timeout_s: int = 1800
+    timeout_s: int = at_least(1800, minimum=1)
     # Start at the memory model's predicted frontier and aim each next probe where the measured memory reaches the
     # GPU's limit (docs/frontier.md); false, or where there is no prediction: doubling from the start value.
-    guided: bool = True
+    guided: bool = flag(True)
+
+
+def _check_probe_steps(probes: ProbeSettings) -> None:
+    """Some probe step is measured (whenever both counts are integers, whatever else is wrong)."""
+    if _is_int(probes.timing_warmup_steps) and _is_int(probes.max_steps):
+        if probes.timing_warmup_steps >= probes.max_steps:
+            raise SpecError(
+                f"probes.timing_warmup_steps ({probes.timing_warmup_steps}) must be below probes.max_steps "
+                f"({probes.max_steps}): no step would be measured"
+            )
+
+
+def _enabled(search: BatchSizeSearch | SeqLengthSearch) -> bool:
+    """Whether `search` runs; the settings of one that runs are checked, those of one that does not are not."""
+    check_fields(search, search.SECTION, names=["enabled"])
+    if search.enabled:
+        check_fields(search, search.SECTION)
+    return search.enabled
 
 
 @dataclass
@@ -139,36 +182,19 @@ def plan_searches(
                 "frontier searches one GPU's memory; set num_gpus 1 and num_nodes 1 (the benchmark workflow runs "
                 "batch sizes on several GPUs)"
             )
-    for key, minimum in (("max_steps", 1), ("timing_warmup_steps", 0), ("retries", 0), ("confirmations", 0)):
-        with problems.check():
-            _check_int(f"probes.{key}", getattr(probes, key), minimum=minimum)
     with problems.check():
-        _check_int("probes.timeout_s", probes.timeout_s, minimum=1)
+        check_fields(probes, probes.SECTION)
     with problems.check():
-        _check_bool("probes.guided", probes.guided)
-    steps = (probes.timing_warmup_steps, probes.max_steps)
-    if all(isinstance(n, int) and not isinstance(n, bool) for n in steps) and steps[0] >= steps[1]:
-        problems.found.append(
-            f"probes.timing_warmup_steps ({probes.timing_warmup_steps}) must be below probes.max_steps "
-            f"({probes.max_steps}): no step would be measured"
-        )
+        _check_probe_steps(probes)
     ranges: list[_Range] = []
     with problems.check():
-        if _check_bool("batch_size_search.enabled", batch_size_search.enabled):
+        if _enabled(batch_size_search):
             b = batch_size_search
-            ranges.append(_Range(BATCH_SIZE, "batch_size_search", b.start, b.cap, 1, {}))
+            ranges.append(_Range(BATCH_SIZE, b.SECTION, b.start, b.cap, 1, {}))
     with problems.check():
-        if _check_bool("seq_length_search.enabled", seq_length_search.enabled):
+        if _enabled(seq_length_search):
             q = seq_length_search
-            sub = Problems()
-            with sub.check():
-                _check_int("seq_length_search.batch_size", q.batch_size, minimum=1)
-            with sub.check():
-                _check_int("seq_length_search.granularity", q.granularity, minimum=1)
-            sub.raise_if_any()
-            ranges.append(
-                _Range(SEQ_LENGTH, "seq_length_search", q.start, q.cap, q.granularity, {BATCH_SIZE: q.batch_size})
-            )
+            ranges.append(_Range(SEQ_LENGTH, q.SECTION, q.start, q.cap, q.granularity, {BATCH_SIZE: q.batch_size}))
     if not ranges and not problems.found:
         problems.found.append(
             "batch_size_search.enabled and seq_length_search.enabled are both false: nothing to search"
@@ -204,20 +230,14 @@ def plan_searches(
                 retries=probes.retries,
                 confirmations=probes.confirmations,
                 timeout_s=probes.timeout_s,
-                guided=_check_bool("probes.guided", probes.guided),
+                guided=probes.guided,
             )
         )
     return searches
 
 
 def _check_range(r: "_Range") -> None:
-    """A search's start and cap: positive, in order, on its granularity."""
-    problems = Problems()
-    with problems.check():
-        _check_int(f"{r.key}.start", r.start, minimum=1)
-    with problems.check():
-        _check_int(f"{r.key}.cap", r.cap, minimum=1)
-    problems.raise_if_any()
+    """A search's start and cap (each valid): in order, on its granularity."""
     if r.cap < r.start:
         raise SpecError(f"{r.key}.cap ({r.cap}) must not be below {r.key}.start ({r.start})")
     if r.start % r.granularity or r.cap % r.granularity:
@@ -242,19 +262,6 @@ class _Range(NamedTuple):
 def no_axes() -> ExperimentArgs:
     """An experiment that sweeps nothing: the training settings as given."""
     return ExperimentArgs(arm=[], per_device_train_batch_size=[])
-
-
-def _check_int(key: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SpecError(f"{key} must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(f"{key} must be at least {minimum}, got {value!r}")
-
-
-def _check_bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(f"{key} must be true or false, got {value!r}")
-    return value
 
 
 def _check_arms(arms: list[FrontierArm]) -> None:

@@ -8,6 +8,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,107 @@ class StrictFromJson:
         """The checks that need only this section."""
 
 
+# A setting's rules are declared with its field (`setting(default, *rules)` and the helpers below) and kept in
+# the field's metadata; `check_fields` applies them. A rule raises a SpecError naming the key it is given.
+Rule = Callable[[str, Any], None]
+RULES = "rules"
+_PYTHON_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
+# Integers travel through Flyte's literals as int64.
+_INT64_MAX = 2**63 - 1
+_ZERO_TURNS_IT_OFF = " (0 turns it off)"
+
+
+def setting(default: Any, *rules: Rule) -> Any:
+    """A dataclass field with the plain value `default` and the rules its values must pass, in order."""
+    return field(default=default, metadata={RULES: rules})
+
+
+def requirement(holds: Callable[[Any], bool], requires: str) -> Rule:
+    """A rule that refuses a value for which `holds` is false: `<key> <requires>, got <value>`."""
+
+    def rule(key: str, value: Any) -> None:
+        if not holds(value):
+            raise SpecError(f"{key} {requires}, got {value!r}")
+
+    return rule
+
+
+def positive(default: float) -> Any:
+    return setting(default, requirement(lambda v: v > 0, "must be positive"))
+
+
+def non_negative(default: float, note: str = "") -> Any:
+    """`note` follows "must not be negative" in the message, e.g. what 0 means."""
+    return setting(default, requirement(lambda v: v >= 0, f"must not be negative{note}"))
+
+
+def fraction(default: float) -> Any:
+    return setting(default, requirement(lambda v: 0 <= v < 1, "must be in [0, 1)"))
+
+
+def choice(default: Any, choices: Collection[Any]) -> Any:
+    return setting(default, requirement(lambda v: v in choices, f"must be one of {list(choices)}"))
+
+
+def check_fields(settings: Any, section: str, names: Collection[str] | None = None, typed: bool = False) -> None:
+    """Every field's rules (only those of `names`, when given), every problem in one SpecError, in field order.
+    `typed`: each value is first checked against its field's annotation, for sections whose rules assume it."""
+    problems = Problems()
+    for f in dataclasses.fields(settings):
+        if names is None or f.name in names:
+            with problems.check():
+                check_field(f, f"{section}.{f.name}", getattr(settings, f.name), typed)
+    problems.raise_if_any()
+
+
+def check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False) -> None:
+    """One value of field `f`: its type when `typed` (a number also finite and within int64), then its rules."""
+    if typed:
+        check_type(key, f.type, value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{key} must be a finite number, got {value!r}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+            raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
+    for rule in f.metadata.get(RULES, ()):
+        rule(key, value)
+
+
+def check_type(key: str, annotation: Any, value: Any) -> None:
+    """`value` of the annotated type (bool, int, float, str; an int is a float, a bool is no number); a nested
+    type is left to its own dataclass."""
+    name = getattr(annotation, "__name__", str(annotation))
+    python_type = _PYTHON_TYPES.get(name)
+    if python_type is None:
+        return
+    if (isinstance(value, bool) and name != "bool") or not isinstance(value, python_type):
+        hint = ""
+        if name == "float" and isinstance(value, str) and _looks_like_float(value):
+            # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
+            hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
+        raise SpecError(f"{key} must be {name}, got {value!r}{hint}")
+
+
+def _looks_like_float(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _known_arm(key: str, value: str) -> None:
+    try:
+        parse_arm(value)
+    except ArmError as exc:
+        raise SpecError(f"{key}: {exc}") from None
+
+
+_seed_range = requirement(lambda v: 0 <= v < 2**32, "must be in [0, 2**32) (what numpy and torch seed with)")
+_module_names = requirement(
+    lambda v: all(part.strip() for part in v.split(",")), "must be 'all-linear' or comma-separated module names"
+)
+
+
 @dataclass
 class TrainingArgs(StrictFromJson):
     """One condition's settings. Defaults are the offline CPU smoke test."""
@@ -77,36 +179,36 @@ class TrainingArgs(StrictFromJson):
     # `finetune_bench.inputs.catalog.HUB_DATASETS` knows ("main" for the gsm8k ones), no config for any other.
     dataset_config: str = ""
     # Generated data only: how many examples, and the response length range in words.
-    synthetic_num_examples: int = 256
-    synthetic_min_words: int = 8
-    synthetic_max_words: int = 48
+    synthetic_num_examples: int = positive(256)
+    synthetic_min_words: int = positive(8)
+    synthetic_max_words: int = positive(48)
     # How response lengths spread over [synthetic_min_words, synthetic_max_words]: `uniform` (every
     # length equally likely), `fixed` (every response synthetic_max_words long), `normal` (bell curve
     # around the midpoint, the range being ±3 standard deviations), `lognormal` (chat-like: mostly
     # short, median a quarter of the way up the range, a long tail; about 1 in 20 cut at the maximum).
-    synthetic_length_distribution: str = "uniform"
+    synthetic_length_distribution: str = choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS)
 
     # trl_sft: TRL's SFTTrainer (the blog's setup); hf_trainer: transformers' Trainer; plain_loop: a
     # bare PyTorch loop (no Trainer); forward_only: the plain loop's batches and loss without backward or
     # optimizer (inference time and memory; `optim` and the learning-rate settings are unused).
-    backend: str = "trl_sft"
+    backend: str = choice("trl_sft", BACKENDS)
     # What is switched on: `baseline`, `liger` (Liger's defaults), `liger:<kernel>` (one kernel alone),
     # `compile`, `switchback`, combinations joined by `+` (`compile+liger`), or `baseline_repeat` (trains
     # as `baseline`; an A/A comparison for the noise floor). See `finetune_bench.inputs.arms`.
-    arm: str = "baseline"
+    arm: str = setting("baseline", _known_arm)
     # The loss. `model`: the model's forward computes it from the labels (transformers' cross entropy
     # on the full logits; Liger's fused linear cross entropy, no logits materialized, in a liger arm).
     # `trl`: TRL's own chunked LM-head loss (trl_sft only; what TRL 1.16 does by default, whatever
     # Liger does). `torch_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`:
     # computed by the plain loop from the logits (or, fused, from the last hidden states and the LM
     # head's weight). With any criterion but `model`, a liger arm swaps the layer kernels only.
-    criterion: str = "model"
+    criterion: str = choice("model", CRITERIA)
     # Sequences per optimizer step on each device, and micro-batches accumulated into one optimizer step.
-    per_device_train_batch_size: int = 1
-    gradient_accumulation_steps: int = 1
+    per_device_train_batch_size: int = positive(1)
+    gradient_accumulation_steps: int = positive(1)
     # The most tokens of an example: longer ones are truncated to it; a batch is padded to its longest example
     # (with `packing`, every row is this long).
-    max_seq_length: int = 32
+    max_seq_length: int = positive(32)
     # Pack several examples into each sequence of max_seq_length tokens instead of padding each one
     # (trl_sft: TRL's best-fit-decreasing packing, the batch flattened without padding; plain_loop:
     # examples concatenated and cut into rows of exactly max_seq_length). Either way position_ids restart
@@ -118,42 +220,42 @@ class TrainingArgs(StrictFromJson):
     # gives every batch one shape: kernels that autotune per matrix shape (SwitchBack's) then tune once, in
     # the warm-up steps, instead of whenever a batch's length is new. Evaluation batches are padded the same
     # way. Not with packing (packed rows have no padding).
-    pad_to_multiple_of: int = 0
+    pad_to_multiple_of: int = non_negative(0, _ZERO_TURNS_IT_OFF)
     # Optimizer steps per run (every run trains exactly this many).
-    max_steps: int = 4
+    max_steps: int = positive(4)
     # Steps excluded from the headline throughput (compilation, allocator warm-up, autotuning).
-    timing_warmup_steps: int = 1
+    timing_warmup_steps: int = non_negative(1)
     # Held-out evaluation (0 examples: none). `eval_examples` examples are set aside from the dataset and never
     # trained on (the same ones in every run: a fixed selection), and evaluated before the first step, after
     # every `eval_steps` optimizer steps (0: only after the last) and after the last step,
     # `per_device_eval_batch_size` sequences at a time. Eval loss: the mean cross entropy per completion token,
     # through the model's own forward (its logits), the same computation in every arm and backend; perplexity:
     # its exp. Evaluation is kept out of the step times and memory peaks.
-    eval_examples: int = 0
-    eval_steps: int = 0
-    per_device_eval_batch_size: int = 4
+    eval_examples: int = non_negative(0, _ZERO_TURNS_IT_OFF)
+    eval_steps: int = non_negative(0, _ZERO_TURNS_IT_OFF)
+    per_device_eval_batch_size: int = positive(4)
     # After the timed steps (and the last evaluation), `profile_steps` more steps under torch.profiler: the report
     # compares arms by time per category of GPU kernel and lists the top kernels; each run keeps its Chrome trace
     # and, on a GPU, a CUDA memory snapshot (for PyTorch's memory visualizer). The timed steps are not changed.
     profile: bool = False
-    profile_steps: int = 3
+    profile_steps: int = positive(3)
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
     # the share of max_steps spent warming the learning rate up, and the weight decay.
-    optim: str = "adamw_torch"
-    learning_rate: float = 2e-5
+    optim: str = choice("adamw_torch", OPTIMIZERS)
+    learning_rate: float = positive(2e-5)
     lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
+    warmup_ratio: float = fraction(0.0)
+    weight_decay: float = non_negative(0.0)
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = non_negative(1.0)
     # Seeds the model's random init, the data order and dropout; every run of a grid uses it, so repeats of a
     # condition train on the same batches and differ only by the machine's run-to-run noise.
-    seed: int = 42
+    seed: int = setting(42, _seed_range)
     # `auto`: bfloat16 on a GPU, float32 on a CPU (Liger's kernels give NaN in bf16 under the Triton
     # CPU interpreter).
-    dtype: str = "auto"
+    dtype: str = choice("auto", DTYPES)
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).
     gradient_checkpointing: bool = False
@@ -161,12 +263,12 @@ class TrainingArgs(StrictFromJson):
     # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
     # "q_proj,v_proj"), scaled by lora_alpha / lora_rank, with dropout `lora_dropout` on their input.
-    lora_rank: int = 0
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    lora_target_modules: str = "all-linear"
+    lora_rank: int = non_negative(0, " (0 is a full fine-tune)")
+    lora_alpha: int = positive(16)
+    lora_dropout: float = fraction(0.05)
+    lora_target_modules: str = setting("all-linear", _module_names)
     # `auto`: the GPU when there is one, else the CPU; or `cuda` / `cpu`.
-    device: str = "auto"
+    device: str = choice("auto", DEVICES)
     # Several GPUs: `num_gpus` per node (1, 2, 4 or 8) on `num_nodes` nodes (1, 2, 4 or 8), each GPU a rank of
     # a PyTorch Elastic launch, sharing the training as `parallelism` says: `ddp` (a replica per GPU, gradients
     # all-reduced) or `fsdp` (FSDP2, parameters, gradients and optimizer state sharded; the plain loop shards
@@ -175,9 +277,9 @@ class TrainingArgs(StrictFromJson):
     # before, whatever `parallelism` says. `per_device_train_batch_size` stays per GPU: a step trains
     # per_device_train_batch_size × gradient_accumulation_steps × num_gpus × num_nodes sequences. On a CPU
     # (`device: cpu`) the ranks are processes talking over gloo.
-    num_gpus: int = 1
-    num_nodes: int = 1
-    parallelism: str = "none"
+    num_gpus: int = choice(1, GPUS_PER_NODE)
+    num_nodes: int = choice(1, NODE_COUNTS)
+    parallelism: str = choice("none", PARALLELISMS)
 
     @property
     def world_size(self) -> int:
@@ -194,6 +296,34 @@ class TrainingArgs(StrictFromJson):
     def global_batch_size(self) -> int:
         """Sequences one optimizer step trains, over every rank."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size
+
+
+_TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingArgs)}
+
+
+def validate_training_args(training_args: TrainingArgs) -> None:
+    """Every field's type and rules, then (when those hold) the fields that constrain each other and the
+    model and data sources; every problem in one SpecError."""
+    check_fields(training_args, TrainingArgs.SECTION, typed=True)  # the checks below compare valid fields
+    t = training_args
+    problems = Problems()
+    with problems.check():
+        if t.synthetic_min_words > t.synthetic_max_words:
+            raise SpecError(
+                "training_args.synthetic_min_words must not exceed synthetic_max_words "
+                f"({t.synthetic_min_words} > {t.synthetic_max_words})"
+            )
+    with problems.check():
+        if t.timing_warmup_steps >= t.max_steps:
+            raise SpecError(
+                f"training_args.timing_warmup_steps ({t.timing_warmup_steps}) must be below "
+                f"max_steps ({t.max_steps}): no step would be measured"
+            )
+    with problems.check():
+        catalog.check_model_name(t.model_name)
+    with problems.check():
+        catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
+    problems.raise_if_any()
 
 
 @dataclass
@@ -267,21 +397,12 @@ def check_section(cls: type, section: str, data: Any) -> None:
                 if not isinstance(value, list):
                     raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
                 for element in value:
-                    _check_value(f"{section}.{key}", key, element)
+                    check_setting(f"{section}.{key}", key, element)
             elif cls is TrainingArgs:
-                _check_value(f"{section}.{key}", key, value)
+                check_setting(f"{section}.{key}", key, value)
             else:
-                _check_type(f"{section}.{key}", annotations[key], value)
+                check_type(f"{section}.{key}", annotations[key], value)
     problems.raise_if_any()
-
-
-def _check_type(key: str, annotation: Any, value: Any) -> None:
-    name = getattr(annotation, "__name__", str(annotation))
-    python_type = {"str": str, "int": int, "float": (int, float), "bool": bool}.get(name)
-    if python_type is None:
-        return  # a nested type: its own dataclass checks it
-    if (isinstance(value, bool) and name != "bool") or not isinstance(value, python_type):
-        raise SpecError(f"{key} must be {name}, got {value!r}")
 
 
 def axis_names() -> list[str]:
@@ -306,119 +427,11 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
                 raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
         for value in values if isinstance(values, list) else []:
             with problems.check():
-                _check_value(f"experiment_args.{name}", name, value)
+                check_setting(f"experiment_args.{name}", name, value)
     problems.raise_if_any()
-
-
-def validate_training_args(training_args: TrainingArgs) -> None:
-    """Every field's type and range, then (when those hold) the fields that constrain each other and the
-    model and data sources; every problem in one SpecError."""
-    problems = Problems()
-    for f in dataclasses.fields(TrainingArgs):
-        with problems.check():
-            _check_value(f"training_args.{f.name}", f.name, getattr(training_args, f.name))
-    problems.raise_if_any()  # the checks below compare fields: only once each field is valid
-    t = training_args
-    with problems.check():
-        if t.synthetic_min_words > t.synthetic_max_words:
-            raise SpecError(
-                "training_args.synthetic_min_words must not exceed synthetic_max_words "
-                f"({t.synthetic_min_words} > {t.synthetic_max_words})"
-            )
-    with problems.check():
-        if t.timing_warmup_steps >= t.max_steps:
-            raise SpecError(
-                f"training_args.timing_warmup_steps ({t.timing_warmup_steps}) must be below "
-                f"max_steps ({t.max_steps}): no step would be measured"
-            )
-    with problems.check():
-        catalog.check_model_name(t.model_name)
-    with problems.check():
-        catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
-    problems.raise_if_any()
-
-
-# Integers travel through Flyte's literals as int64.
-_INT64_MAX = 2**63 - 1
-_POSITIVE_INTS = {
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_seq_length",
-    "max_steps",
-    "synthetic_num_examples",
-    "synthetic_min_words",
-    "synthetic_max_words",
-    "per_device_eval_batch_size",
-    "profile_steps",
-}
-_CHOICES = {
-    "backend": BACKENDS,
-    "criterion": CRITERIA,
-    "dtype": DTYPES,
-    "device": DEVICES,
-    "optim": OPTIMIZERS,
-    "synthetic_length_distribution": SYNTHETIC_LENGTH_DISTRIBUTIONS,
-    "parallelism": PARALLELISMS,
-    "num_gpus": GPUS_PER_NODE,
-    "num_nodes": NODE_COUNTS,
-}
-
-
-def _looks_like_float(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _check_value(key: str, name: str, value: Any) -> None:
-    expected = {f.name: f.type.__name__ for f in dataclasses.fields(TrainingArgs)}[name]
-    python_type = {"str": str, "int": int, "float": (int, float), "bool": bool}[expected]
-    if isinstance(value, bool) and expected != "bool":
-        raise SpecError(f"{key} must be {expected}, got {value!r}")
-    if not isinstance(value, python_type):
-        hint = ""
-        if expected == "float" and isinstance(value, str) and _looks_like_float(value):
-            # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
-            hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
-        raise SpecError(f"{key} must be {expected}, got {value!r}{hint}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{key} must be a finite number, got {value!r}")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
-        raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
-    if name in _POSITIVE_INTS and value <= 0:
-        raise SpecError(f"{key} must be positive, got {value!r}")
-    if name in ("eval_examples", "eval_steps", "pad_to_multiple_of") and value < 0:
-        raise SpecError(f"{key} must not be negative (0 turns it off), got {value!r}")
-    if name == "timing_warmup_steps" and value < 0:
-        raise SpecError(f"{key} must not be negative, got {value!r}")
-    if name in _CHOICES and value not in _CHOICES[name]:
-        raise SpecError(f"{key} must be one of {list(_CHOICES[name])}, got {value!r}")
-    if name == "arm":
-        try:
-            parse_arm(value)
-        except ArmError as exc:
-            raise SpecError(f"{key}: {exc}") from None
-    if name in ("weight_decay", "max_grad_norm") and value < 0:
-        raise SpecError(f"{key} must not be negative, got {value!r}")
-    if name == "warmup_ratio" and not 0 <= value < 1:
-        raise SpecError(f"{key} must be in [0, 1), got {value!r}")
-    if name == "seed" and not 0 <= value < 2**32:
-        raise SpecError(f"{key} must be in [0, 2**32) (what numpy and torch seed with), got {value!r}")
-    if name == "learning_rate" and value <= 0:
-        raise SpecError(f"{key} must be positive, got {value!r}")
-    if name == "lora_rank" and value < 0:
-        raise SpecError(f"{key} must not be negative (0 is a full fine-tune), got {value!r}")
-    if name == "lora_alpha" and value <= 0:
-        raise SpecError(f"{key} must be positive, got {value!r}")
-    if name == "lora_dropout" and not 0 <= value < 1:
-        raise SpecError(f"{key} must be in [0, 1), got {value!r}")
-    if name == "lora_target_modules" and not all(part.strip() for part in value.split(",")):
-        raise SpecError(f"{key} must be 'all-linear' or comma-separated module names, got {value!r}")
 
 
 def check_setting(key: str, name: str, value: Any) -> None:
     """Check one value of the TrainingArgs setting `name` (type, range, choices); `key` is how the
     inputs spell where it came from."""
-    _check_value(key, name, value)
+    check_field(_TRAINING_FIELDS[name], key, value, typed=True)

@@ -37,7 +37,7 @@ from finetune_bench.frontier.settings import (
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.errors import SpecError
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import PlannedRun, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAKE_MEMORY_ENV, fake_memory_cost
@@ -323,6 +323,20 @@ def test_every_problem_of_the_frontier_inputs_is_reported_at_once():
     assert text.startswith("6 problems in the inputs")
 
 
+def test_a_search_that_runs_has_its_settings_checked_and_one_that_does_not_has_not():
+    disabled = BatchSizeSearch(enabled=False, start=0, cap="many")
+    assert [s.dimension for s in plan(batch_size_search=disabled)] == [SEQ_LENGTH] * 2
+    with pytest.raises(SpecError) as refused:
+        plan(seq_length_search=SeqLengthSearch(batch_size=0, start=0, granularity=1.5))
+    assert refused.value.problems == [
+        "seq_length_search.batch_size must be at least 1, got 0",
+        "seq_length_search.start must be at least 1, got 0",
+        "seq_length_search.granularity must be an integer, got 1.5",
+    ]
+    with pytest.raises(SpecError, match="^batch_size_search.enabled must be true or false, got 'no'$"):
+        plan(batch_size_search=BatchSizeSearch(enabled="no", start=0))
+
+
 @pytest.mark.parametrize(
     "cls, text, message",
     [
@@ -595,12 +609,12 @@ def test_throughput_plan_is_empty_when_not_measured():
 
     results = [batch_result(True, 4), batch_result(False, 2)]
     arms = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")]
-    assert plan_frontier_throughput(results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1,
-                                    measure_throughput=False) == []  # fmt: skip
-    planned = plan_frontier_throughput(
-        results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1, measure_throughput=True
-    )
-    assert all(isinstance(run, PlannedRun) for run in planned) and len(planned) == 3
+    execution = RunSettings(concurrency=2, results_store="s3://bucket/results")
+    inputs = dict(results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1, execution=execution)
+    assert plan_frontier_throughput(**inputs, measure_throughput=False).runs == []
+    plan = plan_frontier_throughput(**inputs, measure_throughput=True)
+    assert all(isinstance(run, PlannedRun) for run in plan.runs) and len(plan.runs) == 3
+    assert plan.execution == execution
 
 
 # --- the guided search ------------------------------------------------------------------------------------

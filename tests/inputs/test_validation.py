@@ -2,12 +2,21 @@
 integers beyond int64, grids too large) before expanding anything, and checks where outputs go."""
 
 import time
+from dataclasses import dataclass
 
 import pytest
 
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import plan_runs
-from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, check_section
+from finetune_bench.inputs.settings import (
+    ExperimentArgs,
+    TrainingArgs,
+    check_fields,
+    check_section,
+    choice,
+    fraction,
+    positive,
+)
 from finetune_bench.inputs.validation import MAX_RUNS, check_writable_location, validate_run_settings
 
 
@@ -29,6 +38,33 @@ def test_every_problem_of_a_section_is_reported_at_once():
         "training_args.max_steps",
         "training_args.seed",
     ]
+
+
+@dataclass
+class RuledExample:
+    count: int = positive(1)
+    kind: str = choice("a", ("a", "b"))
+    share: float = fraction(0.5)
+    label: str = "x"
+
+
+def test_the_rules_declared_with_the_fields_report_every_problem_in_field_order():
+    example = RuledExample(count=0, kind="c", share=1.0)
+    assert problems_of(lambda: check_fields(example, "example")) == [
+        "example.count must be positive, got 0",
+        "example.kind must be one of ['a', 'b'], got 'c'",
+        "example.share must be in [0, 1), got 1.0",
+    ]
+    assert problems_of(lambda: check_fields(example, "example", names=["kind"])) == [
+        "example.kind must be one of ['a', 'b'], got 'c'"
+    ]
+    # typed: the annotation first, so that a rule only sees values of its type
+    assert problems_of(lambda: check_fields(RuledExample(count="3", label=1), "example", typed=True)) == [
+        "example.count must be int, got '3'",
+        "example.label must be str, got 1",
+    ]
+    check_fields(RuledExample(), "example", typed=True)
+    assert RuledExample().count == 1  # the default stays a plain value (Flyte serializes it)
 
 
 def test_one_problem_is_one_line_and_many_are_a_list():
