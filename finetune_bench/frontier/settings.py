@@ -14,6 +14,7 @@ from finetune_bench.inputs.settings import (
     TrainingArgs,
     check_fields,
     check_setting,
+    is_integer,
     requirement,
     setting,
 )
@@ -29,17 +30,13 @@ def at_least(default: int, minimum: int) -> Any:
     """An integer setting of at least `minimum`."""
     return setting(
         default,
-        requirement(_is_int, "must be an integer"),
+        requirement(is_integer, "must be an integer"),
         requirement(lambda v: v >= minimum, f"must be at least {minimum}"),
     )
 
 
 def flag(default: bool) -> Any:
     return setting(default, requirement(lambda v: isinstance(v, bool), "must be true or false"))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -126,7 +123,7 @@ class ProbeSettings(StrictFromJson):
 
 def _check_probe_steps(probes: ProbeSettings) -> None:
     """Some probe step is measured (whenever both counts are integers, whatever else is wrong)."""
-    if _is_int(probes.timing_warmup_steps) and _is_int(probes.max_steps):
+    if is_integer(probes.timing_warmup_steps) and is_integer(probes.max_steps):
         if probes.timing_warmup_steps >= probes.max_steps:
             raise SpecError(
                 f"probes.timing_warmup_steps ({probes.timing_warmup_steps}) must be below probes.max_steps "

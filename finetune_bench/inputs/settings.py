@@ -6,6 +6,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 """
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Collection
@@ -66,7 +67,10 @@ _ZERO_TURNS_IT_OFF = " (0 turns it off)"
 
 
 def setting(default: Any, *rules: Rule) -> Any:
-    """A dataclass field with the plain value `default` and the rules its values must pass, in order."""
+    """A dataclass field with the plain value `default` (a list is copied for each instance) and the rules its
+    values must pass, in order (the first a value fails is its problem)."""
+    if isinstance(default, list):
+        return field(default_factory=functools.partial(list, default), metadata={RULES: rules})
     return field(default=default, metadata={RULES: rules})
 
 
@@ -114,7 +118,7 @@ def check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False)
         check_type(key, f.type, value)
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{key} must be a finite number, got {value!r}")
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        if is_integer(value) and abs(value) > _INT64_MAX:
             raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
     for rule in f.metadata.get(RULES, ()):
         rule(key, value)
@@ -133,6 +137,11 @@ def check_type(key: str, annotation: Any, value: Any) -> None:
             # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
             hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
         raise SpecError(f"{key} must be {name}, got {value!r}{hint}")
+
+
+def is_integer(value: Any) -> bool:
+    """An int that is not a bool (YAML's and JSON's true would otherwise pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _looks_like_float(value: str) -> bool:

@@ -4,12 +4,13 @@ Stdlib only (planning and validation need no torch). The kernels and their refer
 `finetune_bench.kernels.catalog`; `KERNELS` here is the single list of their names.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.settings import StrictFromJson
+from finetune_bench.inputs.settings import StrictFromJson, check_fields, choice, is_integer, requirement, setting
 
 # The kernels benchmarked here, named as Liger's benchmark scripts name them (`kernel_name` in their data), each
 # with its x axis: `T`, tokens of one sequence (batch 1), or `BT`, rows of a flattened batch.
@@ -47,6 +48,46 @@ DTYPES = ("bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
 
 
+def _known_kernels(key: str, names: list[str]) -> None:
+    unknown = [name for name in names if name not in KERNELS]
+    if unknown:
+        known = list(KERNELS)
+        raise SpecError(
+            *(f"{key}: {name!r} is not a kernel here{closest(name, known)}; known: {known}" for name in unknown)
+        )
+
+
+def _bundled_architecture(key: str, model: str) -> None:
+    if model not in architectures():
+        raise SpecError(f"{key}: {model!r} is not a bundled architecture{closest(model, architectures())}")
+
+
+def _token_counts(key: str, tokens: list[int]) -> None:
+    problems = Problems()
+    with problems.check():
+        if not tokens or any(not is_integer(t) or t <= 0 for t in tokens):
+            raise SpecError(f"{key} must be a non-empty list of positive integers, got {tokens!r}")
+    with problems.check():
+        if len(set(tokens)) != len(tokens):
+            raise SpecError(f"{key} repeats a value: {tokens!r}")
+    problems.raise_if_any()
+
+
+def _known_modes(key: str, modes: list[str]) -> None:
+    unknown = [mode for mode in modes or [None] if mode not in MODES]
+    if unknown:
+        raise SpecError(*(f"{key}: {mode!r} is not a mode; known: {list(MODES)}" for mode in unknown))
+
+
+def _readable_source(key: str, source: str) -> None:
+    if source and "://" not in source and not Path(source).expanduser().is_file():
+        raise SpecError(f"{key}: {source!r} is not a file ({WHERE_PATHS_ARE_READ}, or a URL)")
+
+
+def positive_integer(default: int) -> Any:
+    return setting(default, requirement(lambda v: is_integer(v) and v > 0, "must be a positive integer"))
+
+
 @dataclass
 class KernelBenchmarkSettings(StrictFromJson):
     """One kernel benchmark: every kernel of `kernels` × provider × token count × mode."""
@@ -54,34 +95,34 @@ class KernelBenchmarkSettings(StrictFromJson):
     SECTION = "sweep"
 
     def check(self) -> None:
-        validate_kernel_settings(self)
+        check_fields(self, self.SECTION)
 
     # Kernels to run (empty: all of them): rms_norm, layer_norm, rope, swiglu, geglu, cross_entropy,
     # fused_linear_cross_entropy, fused_add_rms_norm, dyt, relu_squared, kl_div.
-    kernels: list[str] = field(default_factory=list)
+    kernels: list[str] = setting([], _known_kernels)
     # Whose shapes (hidden size, MLP size, vocabulary, heads): a bundled architecture (`llama-3-8b`,
     # `qwen2.5-7b`, `phi-3-mini`, `mistral-7b`, `gemma-2-2b`, ...; the names `random:` takes).
-    model: str = "llama-3-8b"
+    model: str = setting("llama-3-8b", _bundled_architecture)
     # The sweep: tokens of one sequence (the x axis `T`) or rows of the flattened batch (`BT`).
-    tokens: list[int] = field(default_factory=lambda: [1024, 2048, 4096, 8192])
+    tokens: list[int] = setting([1024, 2048, 4096, 8192], _token_counts)
     # The inputs' dtype (the cross entropy's logits stay float32, as in Liger's own benchmark).
-    dtype: str = "bfloat16"
+    dtype: str = choice("bfloat16", DTYPES)
     # The passes measured: forward, backward (of one forward's output), full (both).
-    modes: list[str] = field(default_factory=lambda: list(MODES))
+    modes: list[str] = setting(list(MODES), _known_modes)
     # Also time and measure torch.compile of the reference (`torch_compile` provider).
     compile_reference: bool = False
     # triton.testing.do_bench's time budgets per point: warm-up and measurement, in milliseconds.
-    warmup_ms: int = 25
-    rep_ms: int = 100
+    warmup_ms: int = positive_integer(25)
+    rep_ms: int = positive_integer(100)
     # `auto`: the GPU if there is one; on a CPU Liger's kernels run in the Triton interpreter (a check that
     # everything works; its timings mean nothing).
-    device: str = "auto"
+    device: str = choice("auto", DEVICES)
     # Seconds one kernel's whole sweep may take in its child process before it is killed.
-    timeout_s: int = 1800
+    timeout_s: int = positive_integer(1800)
     # A CSV in Liger's benchmark-data format (its benchmark/data/all_benchmark_data.csv, or what its benchmark
     # scripts write when run on your GPU), local path or URL: the report sets each measured point beside the
     # row with the same kernel, provider, mode, metric and x value ("": no comparison).
-    compare_with: str = ""
+    compare_with: str = setting("", _readable_source)
 
 
 def providers(kernel: str, compile_reference: bool) -> list[str]:
@@ -128,50 +169,3 @@ def model_shapes(model: str) -> dict[str, int]:
         "head_dim": config.get("head_dim") or config["hidden_size"] // heads,
         "rope_theta": config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
     }
-
-
-def validate_kernel_settings(settings: KernelBenchmarkSettings) -> None:
-    """Every problem of the settings in one SpecError."""
-    problems = Problems()
-    key = KernelBenchmarkSettings.SECTION
-    for name in settings.kernels:
-        with problems.check():
-            if name not in KERNELS:
-                raise SpecError(
-                    f"{key}.kernels: {name!r} is not a kernel here{closest(name, list(KERNELS))}; "
-                    f"known: {list(KERNELS)}"
-                )
-    with problems.check():
-        if settings.model not in architectures():
-            raise SpecError(
-                f"{key}.model: {settings.model!r} is not a bundled architecture"
-                f"{closest(settings.model, architectures())}"
-            )
-    with problems.check():
-        if not settings.tokens or any(not isinstance(t, int) or isinstance(t, bool) or t <= 0 for t in settings.tokens):
-            raise SpecError(f"{key}.tokens must be a non-empty list of positive integers, got {settings.tokens!r}")
-    with problems.check():
-        if len(set(settings.tokens)) != len(settings.tokens):
-            raise SpecError(f"{key}.tokens repeats a value: {settings.tokens!r}")
-    for mode in settings.modes or [None]:
-        with problems.check():
-            if mode not in MODES:
-                raise SpecError(f"{key}.modes: {mode!r} is not a mode; known: {list(MODES)}")
-    with problems.check():
-        if settings.dtype not in DTYPES:
-            raise SpecError(f"{key}.dtype must be one of {list(DTYPES)}, got {settings.dtype!r}")
-    with problems.check():
-        if settings.device not in DEVICES:
-            raise SpecError(f"{key}.device must be one of {list(DEVICES)}, got {settings.device!r}")
-    with problems.check():
-        local = settings.compare_with and "://" not in settings.compare_with
-        if local and not Path(settings.compare_with).expanduser().is_file():
-            raise SpecError(
-                f"{key}.compare_with: {settings.compare_with!r} is not a file ({WHERE_PATHS_ARE_READ}, or a URL)"
-            )
-    for name in ("warmup_ms", "rep_ms", "timeout_s"):
-        with problems.check():
-            value = getattr(settings, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"{key}.{name} must be a positive integer, got {value!r}")
-    problems.raise_if_any()
