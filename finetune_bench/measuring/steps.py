@@ -18,51 +18,41 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 
 from finetune_bench.measuring.gpu import NvmlPeakSampler
+from finetune_bench.measuring.metrics import MEASURED_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
 
 logger = logging.getLogger(__name__)
 
-STEP_COLUMNS = (
-    "step",
-    "step_time_s",
-    "non_padding_tokens",
-    "padded_tokens",
-    "model_flops",
-    "loss",
-    "eval_loss",
-    "peak_allocated_bytes",
-    "peak_reserved_bytes",
-    "gc_time_s",
-    "cuda_mallocs",
-    "cuda_malloc_retries",
-    "is_warmup",
-)
 
-
-@dataclass
+@dataclass(kw_only=True)
 class StepRecord:
+    """One optimizer step: a row of the per-step table (steps.csv), its columns in this order."""
+
     step: int
     step_time_s: float
     non_padding_tokens: int
     padded_tokens: int
-    peak_allocated_bytes: int | None
-    peak_reserved_bytes: int | None
-    is_warmup: bool
     model_flops: float | None = None
     loss: float | None = None
     # The held-out loss evaluated after this step (None: not evaluated after it).
     eval_loss: float | None = None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
     # What explains a slow step: time in Python's garbage collector, and how often the CUDA caching
     # allocator had to call cudaMalloc, or free its cache and retry (both synchronize the device).
     gc_time_s: float = 0.0
     cuda_mallocs: int | None = None
     cuda_malloc_retries: int | None = None
+    is_warmup: bool
+
+
+STEP_COLUMNS = tuple(column.name for column in fields(StepRecord))
 
 
 class NonFiniteLoss(RuntimeError):
@@ -274,7 +264,7 @@ class StepRecorder:
 
     def step_rows(self) -> list[dict]:
         """Every finished step as a row of `STEP_COLUMNS`."""
-        return [{name: getattr(s, name) for name in STEP_COLUMNS} for s in self.steps]
+        return [asdict(s) for s in self.steps]
 
     def write_steps(self, path: Path) -> None:
         """Write the per-step table (CSV, `STEP_COLUMNS`) to `path` atomically: a reader sees the old table
@@ -294,27 +284,24 @@ class StepRecorder:
         if warmup:
             out["warmup_time_s"] = sum(s.step_time_s for s in warmup)
         if measured:
-            total_time = sum(s.step_time_s for s in measured)
-            tokens = sum(s.non_padding_tokens for s in measured)
-            padded = sum(s.padded_tokens for s in measured)
+            # the totals the rates come from: a run on several GPUs adds its ranks' up (`running.ranks`)
+            totals = {
+                MEASURED_TIME: sum(s.step_time_s for s in measured),
+                "measured_tokens": float(sum(s.non_padding_tokens for s in measured)),
+                "measured_padded_tokens": float(sum(s.padded_tokens for s in measured)),
+            }
+            if self._flops_fixed is not None:
+                totals["measured_model_flops"] = sum(s.model_flops for s in measured)
+                out["model_flops_per_token"] = totals["measured_model_flops"] / totals["measured_tokens"]
             times = [s.step_time_s for s in measured]
             out.update(
-                # the totals the rates come from: a run on several GPUs adds its ranks' up (`running.ranks`)
-                measured_time_s=total_time,
-                measured_tokens=float(tokens),
-                measured_padded_tokens=float(padded),
-                tokens_per_second=tokens / total_time,
-                padded_tokens_per_second=padded / total_time,
-                padding_fraction=1 - tokens / padded if padded else 0.0,
+                totals,
+                **throughput(totals, totals[MEASURED_TIME]),
                 step_time_median_s=statistics.median(times),
                 step_time_min_s=min(times),
                 step_time_max_s=max(times),
                 tokens_per_second_median_step=statistics.median(s.non_padding_tokens / s.step_time_s for s in measured),
             )
-            if self._flops_fixed is not None:
-                out["measured_model_flops"] = sum(s.model_flops for s in measured)
-                out["model_flops_per_token"] = sum(s.model_flops for s in measured) / tokens
-                out["achieved_tflops"] = sum(s.model_flops for s in measured) / total_time / 1e12
         if self.steps and self._cuda:
             out["peak_allocated_bytes"] = float(max(s.peak_allocated_bytes for s in self.steps))
             out["peak_reserved_bytes"] = float(max(s.peak_reserved_bytes for s in self.steps))

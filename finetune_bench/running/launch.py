@@ -39,6 +39,7 @@ from finetune_bench.running.worker import (
     PARENT_PID_ENV,
     RESULT_FILE,
     STEPS_FILE,
+    ChildOutcome,
 )
 
 logger = logging.getLogger(__name__)
@@ -278,19 +279,8 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
         result.reason = f"stopped: {ending.stopped}"
         return result
     if record_file.exists() and not timed_out:
-        record = json.loads(record_file.read_text())
-        for name in (
-            "status",
-            "reason",
-            "error_tail",
-            "metrics",
-            "environment",
-            "details",
-            "liger_patches",
-            "loss_path",
-        ):
-            if name in record:
-                setattr(result, name, record[name])
+        outcome = ChildOutcome.from_json(record_file.read_text())
+        result = dataclasses.replace(result, **dataclasses.asdict(outcome))
         if result.status != OK and not result.error_tail:
             result.error_tail = _log_tail(work_dir)
         return result

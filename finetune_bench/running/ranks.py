@@ -31,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.measuring.metrics import MAX, MEASURED_TIME, METRICS, RANK0, TOTALS, throughput
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
 from finetune_bench.running.device_lock import device_lock
@@ -256,7 +257,7 @@ def _train_rank(
         peak_reserved_bytes=metrics.get("peak_reserved_bytes"),
         nvml_peak_bytes=metrics.get("nvml_process_peak_bytes", metrics.get("nvml_device_used_peak_bytes")),
     )
-    totals = {k: v for k, v in metrics.items() if k.startswith("measured_")}
+    totals = {name: metrics[name] for name in TOTALS if name in metrics}
     return RankReport(summary, totals, result.error_tail if result.status not in (OK, STOPPED) else ""), result
 
 
@@ -276,31 +277,13 @@ def _gather_reports(store: "torch.distributed.Store", world_size: int, own: Rank
     return [reports[rank] for rank in range(world_size)]
 
 
-# Metrics a run on several GPUs sums over its ranks (each rank's rate is its own share).
-_SUMMED_TOTALS = {
-    "measured_tokens": "tokens_per_second",
-    "measured_padded_tokens": "padded_tokens_per_second",
-}
-# What rank 0 measured of itself alone: not the run's figures on several GPUs (`combined_metrics` gives the run's
-# throughput when every rank measured its steps; step times, losses and the model FLOPs per token stay rank 0's,
-# the ranks stepping together).
-_RANK_ONLY_METRICS = (
-    "tokens_per_second",
-    "padded_tokens_per_second",
-    "padding_fraction",
-    "tokens_per_second_median_step",
-    "achieved_tflops",
-    "mfu",
-    "measured_time_s",
-    "measured_tokens",
-    "measured_padded_tokens",
-    "measured_model_flops",
-    "nvml_process_peak_bytes",
-    "nvml_device_used_peak_bytes",
-    "process_peak_rss_bytes",
-)
-# Memory peaks, per rank: the run's is the largest rank's, and the spread says how uneven the ranks were.
-_PER_RANK_PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes")
+# The rank summary's field of each per-rank peak (`MAX` in the metrics table) where its name is not the metric's.
+_SUMMARY_FIELD = {"nvml_rank_peak_bytes": "nvml_peak_bytes"}
+
+
+def rank_figure(summary: RankSummary, metric: str) -> float | None:
+    """What rank `summary` filed of the per-rank peak `metric`."""
+    return getattr(summary, _SUMMARY_FIELD.get(metric, metric))
 
 
 def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None) -> RunResult:
@@ -321,8 +304,9 @@ def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None)
         merged.status = summary.status if summary.status != STOPPED else ERROR
         merged.reason = f"rank {summary.rank} (node {summary.node_rank}, GPU {summary.local_rank}): {summary.reason}"
         merged.error_tail = culprit.error_tail or rank0.error_tail
-    for name in _RANK_ONLY_METRICS:  # one rank's view: the combined figures (or none) stand for the run
-        merged.metrics.pop(name, None)
+    for metric in METRICS.values():  # one rank's view: the combined figures (or none) stand for the run
+        if metric.ranks not in (RANK0, MAX):
+            merged.metrics.pop(metric.name, None)
     merged.metrics.update(combined_metrics(reports, rank0.environment.get("gpu_name", "")))
     return merged
 
@@ -367,26 +351,18 @@ def combined_metrics(reports: list[RankReport], gpu_name: str) -> dict[str, floa
 
     out: dict[str, float] = {"world_size": float(len(reports))}
     totals = [report.totals for report in reports]
-    if all("measured_time_s" in t for t in totals):
-        slowest_s = max(t["measured_time_s"] for t in totals)
-        for total, rate in _SUMMED_TOTALS.items():
-            if all(total in t for t in totals):
-                out[rate] = sum(t[total] for t in totals) / slowest_s
-        if all("measured_padded_tokens" in t and "measured_tokens" in t for t in totals):
-            padded = sum(t["measured_padded_tokens"] for t in totals)
-            out["padding_fraction"] = 1 - sum(t["measured_tokens"] for t in totals) / padded if padded else 0.0
+    if all(MEASURED_TIME in t for t in totals):
+        summed = {name: sum(t[name] for t in totals) for name in TOTALS if all(name in t for t in totals)}
+        out.update(throughput(summed, max(t[MEASURED_TIME] for t in totals)))  # over the slowest rank's time
         if "tokens_per_second" in out:
             out["tokens_per_second_per_gpu"] = out["tokens_per_second"] / len(reports)
-        if all("measured_model_flops" in t for t in totals):
-            out["achieved_tflops"] = sum(t["measured_model_flops"] for t in totals) / slowest_s / 1e12
+        if "achieved_tflops" in out:
             utilization = mfu(out["achieved_tflops"] / len(reports), gpu_name)  # each GPU's share of its peak
             if utilization is not None:
                 out["mfu"] = utilization
-    summaries = [report.summary for report in reports]
-    for name in _PER_RANK_PEAKS:
-        values = [getattr(s, name) for s in summaries]
+    for metric in (m for m in METRICS.values() if m.ranks == MAX):
+        values = [rank_figure(report.summary, metric.name) for report in reports]
         if values and all(v is not None for v in values):
-            metric = "nvml_rank_peak_bytes" if name == "nvml_peak_bytes" else name
-            out[metric] = float(max(values))
-            out[f"{metric}_spread"] = float(max(values) - min(values))
+            out[metric.name] = float(max(values))
+            out[f"{metric.name}_spread"] = float(max(values) - min(values))
     return out

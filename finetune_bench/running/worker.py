@@ -6,6 +6,7 @@ Every ending the child can catch is written as a result (ok, oom, error); ending
 """
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -27,6 +28,39 @@ PARENT_PID_ENV = "FINETUNE_BENCH_PARENT_PID"
 # supervisor's), not as its peers' collective errors.
 COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
 _PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass
+class ChildOutcome:
+    """What the child writes for its launcher (`RESULT_FILE`): how the run ended and what it measured. The
+    launcher takes every field as the run result's field of the same name."""
+
+    status: str
+    reason: str = ""
+    error_tail: str = ""
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
+    details: dict[str, str] = dataclasses.field(default_factory=dict)
+    liger_patches: dict[str, int] = dataclasses.field(default_factory=dict)
+    loss_path: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ChildOutcome":
+        """The outcome written by `to_json`; a record with a key this class does not define, or without one it
+        does, is refused (ValueError naming them): the worker and its launcher disagree."""
+        record = json.loads(text)
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(record) - set(names))
+        missing = [name for name in names if name not in record]
+        problems = [
+            f"{what} keys: {', '.join(keys)}" for what, keys in (("unknown", unknown), ("missing", missing)) if keys
+        ]
+        if problems:
+            raise ValueError(f"the child's {RESULT_FILE} does not match its launcher's record: {'; '.join(problems)}")
+        return cls(**record)
 
 
 def die_with_parent() -> None:
@@ -77,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
 
         install_interpreter_shims()
     recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps, steps_file=opts.out / STEPS_FILE)
-    result: dict = {
-        "details": {"device": str(device), "dtype": str(dtype).removeprefix("torch.")},
-        "environment": environment(device),
-    }
+    outcome = ChildOutcome(
+        status=OK,
+        details={"device": str(device), "dtype": str(dtype).removeprefix("torch.")},
+        environment=environment(device),
+    )
     try:
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
@@ -89,40 +124,43 @@ def main(argv: list[str] | None = None) -> int:
         extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         if distributed:
             ranks.end_process_group()
-        result["status"] = OK
-        result["liger_patches"] = extra.pop("liger_patches", {})
-        result["loss_path"] = extra.pop("loss_path", "")
-        result["details"].update({k: str(v) for k, v in extra.items()})
+        outcome.liger_patches = extra.pop("liger_patches", {})
+        outcome.loss_path = extra.pop("loss_path", "")
+        outcome.details.update({k: str(v) for k, v in extra.items()})
     except torch.OutOfMemoryError as exc:
-        result.update(status=OOM, reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
-        result["error_tail"] = _tail(traceback.format_exc())
+        outcome.status, outcome.reason = OOM, _out_of_memory(len(recorder.steps), exc)
+        outcome.error_tail = _tail(traceback.format_exc())
     except NonFiniteLoss as exc:
-        result.update(status=NONFINITE, reason=f"non-finite loss: {exc}")
-        result["error_tail"] = _tail(traceback.format_exc())
+        outcome.status, outcome.reason = NONFINITE, f"non-finite loss: {exc}"
+        outcome.error_tail = _tail(traceback.format_exc())
     except LigerNotApplied as exc:
-        result.update(status=ERROR, reason=f"liger not applied: {exc}")
+        outcome.status, outcome.reason = ERROR, f"liger not applied: {exc}"
     except Exception as exc:  # any other failure of this condition is its result, not a crash
         if says_out_of_memory(str(exc)):  # e.g. cuBLAS unable to allocate its handle: a RuntimeError
-            result.update(status=OOM, reason=f"out of memory at step {len(recorder.steps) + 1}: {_first_line(exc)}")
+            outcome.status, outcome.reason = OOM, _out_of_memory(len(recorder.steps), exc)
         else:
-            result.update(status=ERROR, reason=f"{type(exc).__name__}: {_first_line(exc)}")
-        result["error_tail"] = _tail(traceback.format_exc())
+            outcome.status, outcome.reason = ERROR, f"{type(exc).__name__}: {_first_line(exc)}"
+        outcome.error_tail = _tail(traceback.format_exc())
     recorder.end_training()
-    result["metrics"] = recorder.summary(gpu_name=result["environment"].get("gpu_name", ""))
-    result["details"]["steps_completed"] = str(len(recorder.steps))
+    outcome.metrics = recorder.summary(gpu_name=outcome.environment.get("gpu_name", ""))
+    outcome.details["steps_completed"] = str(len(recorder.steps))
     if recorder.eval_error:  # the evaluations stopped; the run's training is measured all the same
-        result["details"]["eval_error"] = recorder.eval_error
+        outcome.details["eval_error"] = recorder.eval_error
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
-    result["details"]["model_flops_formula"] = recorder.flops_formula
+    outcome.details["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
-    (opts.out / RESULT_FILE).write_text(json.dumps(result, indent=2))
-    if distributed and result["status"] != OK:
+    (opts.out / RESULT_FILE).write_text(outcome.to_json())
+    if distributed and outcome.status != OK:
         # Tearing down a process group whose peers are still in a collective can block: the result is written,
         # and the supervisor stops the other ranks.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    return 0 if result["status"] == OK else 1
+    return 0 if outcome.status == OK else 1
+
+
+def _out_of_memory(steps_done: int, exc: BaseException) -> str:
+    return f"out of memory at step {steps_done + 1}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,14 +1,20 @@
 """The child-process launcher classifies every ending, under injected faults (finetune_bench.faults)."""
 
 import dataclasses
+import json
 
 import pandas as pd
 import pytest
 
+from finetune_bench.analysis.tables import results_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.metrics import ANY_DEVICE, METRICS
+from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAULT_ENV
 from finetune_bench.running.launch import run_in_child
+from finetune_bench.running.worker import ChildOutcome
 
 
 def planned(**overrides) -> PlannedRun:
@@ -34,6 +40,19 @@ def test_endings_without_a_result_are_classified(fault, status, reason, monkeypa
     assert result.steps_file == ""
 
 
+def test_the_child_s_record_reads_back_and_refuses_a_key_its_launcher_does_not_know_or_lacks():
+    field_types = {field.name: field.type for field in dataclasses.fields(RunResult)}
+    assert all(field_types[field.name] == field.type for field in dataclasses.fields(ChildOutcome))
+    outcome = ChildOutcome(status="ok", metrics={"tokens_per_second": 1.5}, details={"device": "cpu"})
+    assert ChildOutcome.from_json(outcome.to_json()) == outcome
+    record = dataclasses.asdict(outcome)
+    with pytest.raises(ValueError, match="unknown keys: energy_per_token_j$"):
+        ChildOutcome.from_json(json.dumps({**record, "energy_per_token_j": 0.1}))
+    del record["loss_path"], record["environment"]
+    with pytest.raises(ValueError, match="missing keys: environment, loss_path$"):
+        ChildOutcome.from_json(json.dumps(record))
+
+
 def test_a_hang_ends_as_timeout(monkeypatch, tmp_path):
     monkeypatch.setenv(FAULT_ENV, "hang@0")
     result = run_in_child(planned(), tmp_path, tmp_path, tmp_path / "run", timeout_s=2)
@@ -43,11 +62,18 @@ def test_a_hang_ends_as_timeout(monkeypatch, tmp_path):
 
 
 def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_path):
-    result = run_in_child(
-        planned(max_steps=3, criterion="trl"), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300
-    )
+    run = planned(max_steps=3, criterion="trl", eval_examples=4)
+    result = run_in_child(run, tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
     assert result.status == "ok", result.error_tail
+    # every metric of the table that any device measures, in the record and in its results column
+    assert set(result.metrics) <= set(METRICS)
+    row = results_table([run], [result]).iloc[0]
+    for metric in (m for m in METRICS.values() if m.scope == ANY_DEVICE):
+        assert metric.name in result.metrics, metric.name
+        if metric.column is not None:
+            assert row[metric.column] == pytest.approx(result.metrics[metric.name] / metric.scale), metric.column
     steps = pd.read_csv(result.steps_file)
+    assert tuple(steps.columns) == STEP_COLUMNS
     assert list(steps["step"]) == [1, 2, 3]
     assert list(steps["is_warmup"]) == [True, False, False]
     assert (steps["padded_tokens"] == 32).all()  # batch 1 × max_seq_length 32

@@ -11,8 +11,9 @@ import pytest
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.metrics import DERIVED, MAX, MEASURED_TIME, METRICS, RANK0, RANK_ONLY, SUM, TOTALS
 from finetune_bench.results.record import RankSummary, RunResult
-from finetune_bench.running.ranks import RankReport, combined_metrics, merge_ranks
+from finetune_bench.running.ranks import RankReport, combined_metrics, merge_ranks, rank_figure
 
 
 def _report(rank: int, status: str = "ok", reason: str = "", **totals: float) -> RankReport:
@@ -62,6 +63,42 @@ def test_the_first_failing_rank_names_the_run_s_status_and_reason():
     assert merged.reason == "rank 1 (node 0, GPU 1): out of memory at step 3"
     assert merged.error_tail == "tail of rank 1"
     assert [r.status for r in merged.ranks] == ["stopped", "oom"]
+
+
+def test_the_rank_merge_follows_the_metrics_table_for_each_kind():
+    """Every metric of the table, in rank 0's record and in each rank's report with figures of its own: the merged
+    record keeps rank 0's, sums the ranks' totals into rates, takes the largest rank's peak, computes what is
+    derived and leaves out what is one rank's alone."""
+    rank0 = RunResult(
+        condition_id="c", run_number=0, swept_axes=[], training_args=TrainingArgs(), status="ok",
+        metrics={name: 1000.0 + i for i, name in enumerate(METRICS)},
+        environment={"gpu_name": "NVIDIA H100 80GB HBM3"},
+    )  # fmt: skip
+    reports = []
+    for rank in range(3):
+        peaks = {name: 10.0 * (rank + 1) + i for i, name in enumerate(("peak_allocated_bytes", "peak_reserved_bytes"))}
+        summary = RankSummary(rank, 0, rank, "h", "ok", **peaks, nvml_peak_bytes=50.0 * (rank + 1))
+        totals = {name: 100.0 * (rank + 1) + i for i, name in enumerate(TOTALS)}
+        reports.append(RankReport(summary, totals))
+    merged = merge_ranks(rank0, reports, failed=None).metrics
+    slowest_s = max(report.totals[MEASURED_TIME] for report in reports)
+    for metric in METRICS.values():
+        if metric.ranks == RANK0:
+            assert merged[metric.name] == rank0.metrics[metric.name], metric.name
+        elif metric.ranks == SUM:
+            summed = sum(report.totals[metric.rate_of] for report in reports)
+            assert merged[metric.name] == pytest.approx(summed / slowest_s / metric.per), metric.name
+        elif metric.ranks == MAX:
+            figures = [rank_figure(report.summary, metric.name) for report in reports]
+            assert merged[metric.name] == max(figures) != rank0.metrics[metric.name], metric.name
+            assert merged[f"{metric.name}_spread"] == max(figures) - min(figures) > 0, metric.name
+        elif metric.ranks == RANK_ONLY:
+            assert metric.name not in merged, metric.name
+        else:
+            assert metric.ranks == DERIVED and metric.name in merged, metric.name
+            assert merged[metric.name] != rank0.metrics[metric.name], metric.name
+    assert set(merged) <= set(METRICS)
+    assert merged["world_size"] == 3
 
 
 @pytest.fixture

@@ -1,0 +1,166 @@
+"""The run-level metrics, one row each: the name in a run's record (`RunResult.metrics`), its column in the results
+table (results.csv) and that column's scale, its unit, what it measures, on which runs it exists, and how a run on
+several GPUs makes its figure of its ranks' (`running.ranks`). No torch: the analysis side reads it too.
+
+The step recorder (`measuring.steps`) produces the one-GPU figures, and `throughput` is the one formula of the rates
+and the padding fraction, for one rank's totals as for the sums over the ranks.
+"""
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+# How a run on several GPUs makes a metric of its ranks'.
+RANK0 = "rank0"  # rank 0's figure stands: the ranks step together (step times, losses, per-token counts)
+SUM = "sum"  # a rate: the ranks' totals (`rate_of`) summed, over the slowest rank's measured time
+MAX = "max"  # the largest rank's, with its spread over the ranks (`<name>_spread`); rank 0's when a rank filed none
+DERIVED = "derived"  # computed from the merged figures (the padding fraction, MFU, per GPU, the spreads)
+RANK_ONLY = "rank_only"  # one rank's own view: a run on several GPUs has no such figure (its totals stay per rank)
+MERGES = (RANK0, SUM, MAX, DERIVED, RANK_ONLY)
+
+# On which runs a metric exists (beyond what it measures: a loss needs a logged loss, an evaluation's figures an
+# evaluation, a rate a measured step).
+ANY_DEVICE = "any device"
+CUDA = "a CUDA device"  # the allocator's and the driver's memory figures; MFU (also needs the GPU's peak known)
+SEVERAL_GPUS = "several GPUs"  # made by the rank merge only
+SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS)
+
+# The measured time every rate is over (a run on several GPUs: the slowest rank's).
+MEASURED_TIME = "measured_time_s"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    ranks: str
+    description: str
+    # The results table's column ("": the metric's own name; None: kept in the run's record only), holding the
+    # record's value divided by `scale`.
+    column: str | None = ""
+    scale: float = 1.0
+    scope: str = ANY_DEVICE
+    # A rate: the total it is the rate of, per `MEASURED_TIME` and per `per` of its unit.
+    rate_of: str = ""
+    per: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.ranks not in MERGES or self.scope not in SCOPES:
+            raise ValueError(f"metric {self.name}: merge {self.ranks!r} or scope {self.scope!r} is not one of theirs")
+        if self.column == "":
+            object.__setattr__(self, "column", self.name)
+
+    @property
+    def column_unit(self) -> str:
+        """The unit of the results table's column."""
+        return "GiB" if self.scale == GIB else self.unit
+
+
+def _bytes(name: str, ranks: str, description: str, column: str, scope: str = CUDA) -> Metric:
+    """A memory figure: bytes in the record, GiB in the results table."""
+    return Metric(name, "bytes", ranks, description, column, GIB, scope)
+
+
+_TABLE = (
+    Metric("steps_measured", "steps", RANK0, "optimizer steps timed (warm-up and recovering steps excluded)"),
+    Metric("steps_warmup", "steps", RANK0, "optimizer steps left out of the timing", None),
+    Metric("warmup_time_s", "s", RANK0, "wall time of the warm-up steps"),
+    Metric(MEASURED_TIME, "s", RANK_ONLY, "wall time of the measured steps", None),
+    Metric("measured_tokens", "tokens", RANK_ONLY, "non-padding tokens of the measured steps", None),
+    Metric("measured_padded_tokens", "tokens", RANK_ONLY, "tokens of the measured steps, padding included", None),
+    Metric("measured_model_flops", "FLOPs", RANK_ONLY, "model FLOPs of the measured steps", None),
+    Metric("tokens_per_second", "tokens/s", SUM, "non-padding tokens per second", rate_of="measured_tokens"),
+    Metric(
+        "padded_tokens_per_second",
+        "tokens/s",
+        SUM,
+        "tokens per second, padding included",
+        rate_of="measured_padded_tokens",
+    ),
+    Metric("padding_fraction", "fraction", DERIVED, "share of the measured tokens that are padding"),
+    Metric("step_time_median_s", "s", RANK0, "median measured step time"),
+    Metric("step_time_min_s", "s", RANK0, "shortest measured step"),
+    Metric("step_time_max_s", "s", RANK0, "longest measured step"),
+    Metric("tokens_per_second_median_step", "tokens/s", RANK_ONLY, "non-padding tokens per second of the median step"),
+    Metric("tokens_per_second_per_gpu", "tokens/s", DERIVED, "the run's throughput per GPU", scope=SEVERAL_GPUS),
+    Metric("model_flops_per_token", "FLOPs", RANK0, "model FLOPs of a measured token (see `model_flops_formula`)"),
+    Metric("achieved_tflops", "TFLOP/s", SUM, "model FLOPs per second", rate_of="measured_model_flops", per=1e12),
+    Metric("mfu", "fraction", DERIVED, "model FLOPs utilization: achieved over the GPU's peak", scope=CUDA),
+    _bytes("peak_allocated_bytes", MAX, "peak memory held by tensors (the allocator)", "peak_allocated_gib"),
+    _bytes("peak_reserved_bytes", MAX, "peak memory reserved by the caching allocator", "peak_reserved_gib"),
+    _bytes(
+        "peak_allocated_bytes_spread",
+        DERIVED,
+        "largest less smallest rank's peak allocated",
+        "peak_allocated_spread_gib",
+        SEVERAL_GPUS,
+    ),
+    _bytes(
+        "peak_reserved_bytes_spread",
+        DERIVED,
+        "largest less smallest rank's peak reserved",
+        "peak_reserved_spread_gib",
+        SEVERAL_GPUS,
+    ),
+    _bytes(
+        "nvml_rank_peak_bytes",
+        MAX,
+        "the largest rank's GPU memory peak as the driver sees it",
+        "nvml_rank_peak_gib",
+        SEVERAL_GPUS,
+    ),
+    _bytes(
+        "nvml_rank_peak_bytes_spread",
+        DERIVED,
+        "largest less smallest rank's driver-side peak",
+        "nvml_rank_peak_spread_gib",
+        SEVERAL_GPUS,
+    ),
+    _bytes(
+        "before_training_allocated_bytes",
+        RANK0,
+        "memory held by tensors before the first step",
+        "before_training_allocated_gib",
+    ),
+    _bytes(
+        "before_training_reserved_bytes", RANK0, "memory reserved before the first step", "before_training_reserved_gib"
+    ),
+    _bytes(
+        "process_peak_rss_bytes",
+        RANK_ONLY,
+        "the training process's peak host memory",
+        "process_peak_rss_gib",
+        ANY_DEVICE,
+    ),
+    _bytes(
+        "nvml_process_peak_bytes",
+        RANK_ONLY,
+        "the process's GPU memory peak as the driver sees it",
+        "nvml_process_peak_gib",
+    ),
+    _bytes(
+        "nvml_device_used_peak_bytes",
+        RANK_ONLY,
+        "the GPU's used memory peak (where processes are hidden)",
+        "nvml_device_used_peak_gib",
+    ),
+    Metric("final_loss", "nats", RANK0, "training loss of the last logged step"),
+    Metric("initial_eval_loss", "nats", RANK0, "held-out loss before the first step"),
+    Metric("final_eval_loss", "nats", RANK0, "held-out loss after the last evaluation"),
+    Metric("final_eval_perplexity", "perplexity", RANK0, "exp of the final held-out loss"),
+    Metric("eval_time_s", "s", RANK0, "wall time of the held-out evaluations (outside the steps)"),
+    Metric("eval_tokens", "tokens", RANK0, "tokens the held-out evaluations took", None),
+    Metric("world_size", "GPUs", DERIVED, "GPUs the run trained on", None, scope=SEVERAL_GPUS),
+)
+METRICS: dict[str, Metric] = {metric.name: metric for metric in _TABLE}
+# What each rank files for the rank merge: the measured time and the totals of the rates.
+TOTALS = (MEASURED_TIME, *(metric.rate_of for metric in _TABLE if metric.rate_of))
+
+
+def throughput(totals: dict[str, float], time_s: float) -> dict[str, float]:
+    """The rates over `time_s` of the totals present, and the padding fraction when both token counts are."""
+    out = {m.name: totals[m.rate_of] / time_s / m.per for m in _TABLE if m.rate_of and m.rate_of in totals}
+    if "measured_tokens" in totals and "measured_padded_tokens" in totals:
+        padded = totals["measured_padded_tokens"]
+        out["padding_fraction"] = 1 - totals["measured_tokens"] / padded if padded else 0.0
+    return out
