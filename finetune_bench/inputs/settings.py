@@ -59,7 +59,7 @@ class StrictFromJson:
 # A setting's rules are declared with its field (`setting(default, *rules)` and the helpers below) and kept in
 # the field's metadata; `check_fields` applies them. A rule raises a SpecError naming the key it is given.
 Rule = Callable[[str, Any], None]
-RULES = "rules"
+_RULES = "rules"
 _PYTHON_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
 # Integers travel through Flyte's literals as int64.
 _INT64_MAX = 2**63 - 1
@@ -70,8 +70,8 @@ def setting(default: Any, *rules: Rule) -> Any:
     """A dataclass field with the plain value `default` (a list is copied for each instance) and the rules its
     values must pass, in order (the first a value fails is its problem)."""
     if isinstance(default, list):
-        return field(default_factory=functools.partial(list, default), metadata={RULES: rules})
-    return field(default=default, metadata={RULES: rules})
+        return field(default_factory=functools.partial(list, default), metadata={_RULES: rules})
+    return field(default=default, metadata={_RULES: rules})
 
 
 def requirement(holds: Callable[[Any], bool], requires: str) -> Rule:
@@ -108,23 +108,23 @@ def check_fields(settings: Any, section: str, names: Collection[str] | None = No
     for f in dataclasses.fields(settings):
         if names is None or f.name in names:
             with problems.check():
-                check_field(f, f"{section}.{f.name}", getattr(settings, f.name), typed)
+                _check_field(f, f"{section}.{f.name}", getattr(settings, f.name), typed)
     problems.raise_if_any()
 
 
-def check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False) -> None:
+def _check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False) -> None:
     """One value of field `f`: its type when `typed` (a number also finite and within int64), then its rules."""
     if typed:
-        check_type(key, f.type, value)
+        _check_type(key, f.type, value)
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{key} must be a finite number, got {value!r}")
         if is_integer(value) and abs(value) > _INT64_MAX:
             raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
-    for rule in f.metadata.get(RULES, ()):
+    for rule in f.metadata.get(_RULES, ()):
         rule(key, value)
 
 
-def check_type(key: str, annotation: Any, value: Any) -> None:
+def _check_type(key: str, annotation: Any, value: Any) -> None:
     """`value` of the annotated type (bool, int, float, str; an int is a float, a bool is no number); a nested
     type is left to its own dataclass."""
     name = getattr(annotation, "__name__", str(annotation))
@@ -410,7 +410,7 @@ def check_section(cls: type, section: str, data: Any) -> None:
             elif cls is TrainingArgs:
                 check_setting(f"{section}.{key}", key, value)
             else:
-                check_type(f"{section}.{key}", annotations[key], value)
+                _check_type(f"{section}.{key}", annotations[key], value)
     problems.raise_if_any()
 
 
@@ -443,4 +443,4 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
 def check_setting(key: str, name: str, value: Any) -> None:
     """Check one value of the TrainingArgs setting `name` (type, range, choices); `key` is how the
     inputs spell where it came from."""
-    check_field(_TRAINING_FIELDS[name], key, value, typed=True)
+    _check_field(_TRAINING_FIELDS[name], key, value, typed=True)
