@@ -10,21 +10,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.inputs.loss_paths import LOSS_PATHS
 
-BACKENDS = ("trl_sft", "hf_trainer", "plain_loop", "forward_only")
-# How the loss is computed (see `TrainingArgs.criterion`); the first is the default.
-CRITERIA = ("model", "trl", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy")
-# The criteria a backend can run.
-BACKEND_CRITERIA = {
-    "trl_sft": ("model", "trl"),
-    "hf_trainer": ("model",),
-    "plain_loop": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
-    "forward_only": ("model", "torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"),
+# How the loss is computed (see `TrainingArgs.criterion`), one name per criterion of the loss paths; the first is
+# the default.
+CRITERIA = tuple(dict.fromkeys(path.criterion for path in LOSS_PATHS))
+# What the plain loop computes: every criterion but TRL's chunked loss (TRL's SFTTrainer's own).
+PLAIN_LOOP_CRITERIA = tuple(criterion for criterion in CRITERIA if criterion != "trl")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A training backend (`TrainingArgs.backend`, a module of `finetune_bench.running.backends`) and what it can
+    do: the criteria it runs, whether it implements `packing`, whether it trains LoRA adapters (`lora_rank` > 0),
+    whether it tokenizes the examples itself (`running.backends.data.tokenize_prompt_completion`; TRL's
+    SFTTrainer tokenizes on its own), and whether it trains (builds an optimizer and steps it; on several GPUs
+    only one that trains runs) or measures forward passes only."""
+
+    name: str
+    criteria: tuple[str, ...]
+    packing: bool = False
+    lora: bool = False
+    own_tokenization: bool = True
+    trains: bool = True
+
+
+# Each backend's record, by name (the names `TrainingArgs.backend` accepts).
+BACKENDS = {
+    backend.name: backend
+    for backend in (
+        Backend("trl_sft", ("model", "trl"), packing=True, own_tokenization=False),
+        Backend("hf_trainer", ("model",), lora=True),
+        Backend("plain_loop", PLAIN_LOOP_CRITERIA, packing=True),
+        Backend("forward_only", PLAIN_LOOP_CRITERIA, trains=False),
+    )
 }
-# Backends that train LoRA adapters (`TrainingArgs.lora_rank` > 0).
-LORA_BACKENDS = ("hf_trainer",)
-# Backends that implement `TrainingArgs.packing`.
-PACKING_BACKENDS = ("trl_sft", "plain_loop")
+
+
 # transformers' `optim` names that every optimizer-building backend can build: the Trainer backends through
 # TrainingArguments, the plain loop through `Trainer.get_optimizer_cls_and_kwargs` (each was built and
 # stepped there on a CPU; `adamw_8bit` only with bitsandbytes, on a CUDA device).

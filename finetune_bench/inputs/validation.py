@@ -10,10 +10,8 @@ from typing import Any
 
 from finetune_bench.inputs.arms import LOSS_KERNELS, kernel_switches, parse_arm, supported_model_types
 from finetune_bench.inputs.catalog import (
-    BACKEND_CRITERIA,
+    BACKENDS,
     BITSANDBYTES_OPTIMIZERS,
-    LORA_BACKENDS,
-    PACKING_BACKENDS,
     PARALLELISMS,
     SYNTHETIC_PREFIX,
     model_type,
@@ -103,12 +101,13 @@ def _check_padding(training_args: TrainingArgs, where: str) -> None:
 def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
     """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
     backend, optim = training_args.backend, training_args.optim
-    if training_args.lora_rank > 0 and backend not in LORA_BACKENDS:
+    if training_args.lora_rank > 0 and not BACKENDS[backend].lora:
+        lora_backends = [name for name, candidate in BACKENDS.items() if candidate.lora]
         raise SpecError(
             f"lora_rank {training_args.lora_rank} does not run with backend {backend!r}{where}: LoRA is "
-            f"applied by backend {list(LORA_BACKENDS)} only; use lora_rank 0 (a full fine-tune) with {backend!r}"
+            f"applied by backend {lora_backends} only; use lora_rank 0 (a full fine-tune) with {backend!r}"
         )
-    if optim in BITSANDBYTES_OPTIMIZERS and backend != "forward_only":  # forward_only builds no optimizer
+    if optim in BITSANDBYTES_OPTIMIZERS and BACKENDS[backend].trains:  # one that does not builds no optimizer
         import importlib.util
 
         # Looked up, not imported: importing bitsandbytes probes CUDA, slow and noisy on a planning host.
@@ -128,22 +127,24 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
     """Reject a combination of settings that cannot run together; `swept` names the condition's swept
     values, so the message says which point of the grid is at fault."""
     backend, criterion = training_args.backend, training_args.criterion
+    record = BACKENDS[backend]
     where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
-    if criterion not in BACKEND_CRITERIA[backend]:
+    if criterion not in record.criteria:
         raise SpecError(
             f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
-            f"backend {backend!r} takes criterion {list(BACKEND_CRITERIA[backend])}"
+            f"backend {backend!r} takes criterion {list(record.criteria)}"
         )
-    if training_args.packing and backend not in PACKING_BACKENDS:
+    if training_args.packing and not record.packing:
+        packing_backends = [name for name, candidate in BACKENDS.items() if candidate.packing]
         raise SpecError(
-            f"packing does not run with backend {backend!r}{where}: backends {list(PACKING_BACKENDS)} pack; "
+            f"packing does not run with backend {backend!r}{where}: backends {packing_backends} pack; "
             f"use packing false with {backend!r}"
         )
     _check_padding(training_args, where)
     _check_lora_and_optimizer(training_args, where)
-    if training_args.eval_examples and backend == "forward_only":
+    if training_args.eval_examples and not record.trains:
         raise SpecError(
-            f"training_args.eval_examples ({training_args.eval_examples}) with backend 'forward_only'{where}: "
+            f"training_args.eval_examples ({training_args.eval_examples}) with backend {backend!r}{where}: "
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
     _check_parallelism(training_args, where)
@@ -198,9 +199,9 @@ def _check_parallelism(training_args: TrainingArgs, where: str) -> None:
             f"training_args.parallelism 'none' with {layout}{where}: several GPUs share a run through "
             f"parallelism {[p for p in PARALLELISMS if p != 'none']}"
         )
-    if t.backend == "forward_only":
+    if not BACKENDS[t.backend].trains:
         raise SpecError(
-            f"backend 'forward_only' with {layout}{where}: it measures one GPU's forward pass; set num_gpus 1 and "
+            f"backend {t.backend!r} with {layout}{where}: it measures one GPU's forward pass; set num_gpus 1 and "
             "num_nodes 1"
         )
 

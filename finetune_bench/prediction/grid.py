@@ -10,7 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
+from finetune_bench.inputs.catalog import BACKENDS, SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
@@ -133,10 +133,9 @@ def sequences_full(args: TrainingArgs) -> bool:
 
 def flops_per_token(args: TrainingArgs, shape: ModelShape) -> float:
     """Model FLOPs per token of a step of `args`, as `measuring.flops.model_flops_per_token` counts them."""
-    attention = attention_flops_per_token(
-        shape.num_layers, shape.q_width, args.max_seq_length, training=args.backend != "forward_only"
-    )
-    if args.backend == "forward_only":
+    trains = BACKENDS[args.backend].trains
+    attention = attention_flops_per_token(shape.num_layers, shape.q_width, args.max_seq_length, training=trains)
+    if not trains:
         return 2.0 * shape.matmul_parameters + attention
     adapters = shape.lora_parameters(args.lora_rank, args.lora_target_modules)
     if adapters:
@@ -169,7 +168,7 @@ def predict_condition(
     if flops is not None and target.peak_tflops:
         tokens = args.per_device_train_batch_size * args.max_seq_length * args.gradient_accumulation_steps
         hardware = flops
-        if args.gradient_checkpointing and args.backend != "forward_only":
+        if args.gradient_checkpointing and BACKENDS[args.backend].trains:
             hardware = flops * 4 / 3  # the forward pass runs twice: 8·N instead of 6·N
         step_time = tokens * hardware / (target.peak_tflops * 1e12 * target.assumed_mfu)
         tokens_per_second = tokens / step_time

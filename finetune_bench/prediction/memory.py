@@ -51,6 +51,8 @@ import math
 from dataclasses import dataclass, field
 
 from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.catalog import BACKENDS
+from finetune_bench.inputs.loss_paths import LIGER, LIGER_FUSED, TRL_CHUNKED, LossPath, select_loss_path
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.prediction.shapes import ModelShape, NoPrediction
 
@@ -83,11 +85,13 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 @dataclass
 class MemoryPrediction:
     """A predicted peak, per GPU: reserved (what torch.cuda.max_memory_reserved reports) and allocated, the
-    moment it happens, and the parts it is made of (bytes; they add up to the reserved peak)."""
+    moment it happens, the parts it is made of (bytes; they add up to the reserved peak), and the loss path
+    predicted (named as the run records it in `loss_path`)."""
 
     peak_reserved_bytes: float
     peak_allocated_bytes: float
     phase: str
+    loss_path: str
     breakdown: dict[str, float] = field(default_factory=dict)
     # What the prediction assumed that a user may want to know (padding, the loss path, ...).
     assumptions: list[str] = field(default_factory=list)
@@ -104,21 +108,13 @@ class Step:
     lora_targets: tuple
     lora_dropout: bool
     kernels: frozenset
-    loss_path: str
+    loss_path: LossPath
     checkpointing: bool
     accumulation: bool
     optim: str
     weight_decay: bool
     repeated_kv: bool
-    forward_only: bool
-
-
-# Loss paths: how the loss is computed from the last hidden states.
-LOGITS = "logits"  # transformers' (or torch's) cross entropy on float32 logits
-LIGER_CE_FLOAT32 = "liger_cross_entropy_float32"  # the model's loss with Liger's cross entropy (upcast logits)
-LIGER_CE = "liger_cross_entropy"  # Liger's cross entropy on the logits as they are (the plain loop's criterion)
-FUSED = "liger_fused_linear_cross_entropy"
-TRL_CHUNKED = "trl_chunked"
+    trains: bool  # False: forward passes only (no backward, no optimizer)
 
 
 def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
@@ -131,24 +127,6 @@ def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
     if arm.liger_kernel:
         return frozenset({arm.liger_kernel})
     return frozenset(default_kernels(model_type))
-
-
-def loss_path(args: TrainingArgs, kernels: frozenset) -> str:
-    """How the condition's loss is computed (mirrors the backends: a criterion other than `model` is the
-    loss, and then Liger swaps the layer kernels only)."""
-    if args.criterion == "trl":
-        return TRL_CHUNKED
-    if args.criterion == "torch_cross_entropy":
-        return LOGITS
-    if args.criterion == "liger_cross_entropy":
-        return LIGER_CE
-    if args.criterion == "liger_fused_linear_cross_entropy":
-        return FUSED
-    if "fused_linear_cross_entropy" in kernels:
-        return FUSED
-    if "cross_entropy" in kernels:
-        return LIGER_CE_FLOAT32
-    return LOGITS
 
 
 def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) -> Step:
@@ -171,14 +149,15 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         lora_targets=shape.lora_targets(args.lora_target_modules) if lora else (),
         lora_dropout=args.lora_dropout > 0,
         kernels=kernels,
-        loss_path=loss_path(args, kernels),
+        # as the backends take it: a criterion other than `model` is the loss, and Liger swaps the layer kernels only
+        loss_path=select_loss_path(args.criterion, kernels),
         checkpointing=args.gradient_checkpointing,
         accumulation=args.gradient_accumulation_steps > 1,
         optim=args.optim,
         weight_decay=args.weight_decay > 0,
         # Every sequence full and unpacked: no attention mask, grouped key/value heads stay grouped.
         repeated_kv=shape.num_kv_heads != shape.num_heads and (args.packing or not sequences_full),
-        forward_only=args.backend == "forward_only",
+        trains=BACKENDS[args.backend].trains,
     )
 
 
@@ -222,29 +201,27 @@ def layer_activation_bytes(shape: ModelShape, step: Step) -> float:
 def loss_bytes(shape: ModelShape, step: Step, head_trains: bool) -> tuple[float, float]:
     """(kept from the forward pass until the backward pass, the largest transient) of the loss, per step."""
     a, h, v, t = step.activation_bytes, shape.hidden_size, shape.vocab_size, step.tokens
-    if step.loss_path == FUSED:
+    path = step.loss_path
+    if path.kernel == LIGER_FUSED:
         chunk = min(2 ** math.ceil(math.log2(max(1, math.ceil(t / math.ceil(v / h))))), t)
-        head_grad = v * h * step.weight_bytes if head_trains and not step.forward_only else 0
-        grad_input = 0 if step.forward_only else a * h * t
+        head_grad = v * h * step.weight_bytes if head_trains and step.trains else 0
+        grad_input = a * h * t if step.trains else 0
         return grad_input + head_grad + 4 * t, a * chunk * v
-    if step.loss_path == TRL_CHUNKED:
+    if path.kernel == TRL_CHUNKED:
         head_grad = 4 * v * h if head_trains else 0
         return a * h * t + 8 * t, 4 * h * t + head_grad + a * min(t, TRL_TOKEN_CHUNK) * min(v, TRL_TOKEN_CHUNK)
-    if step.forward_only:
-        upcast = 0 if step.loss_path == LIGER_CE else (4 if a != 4 else 0)
-        return 0, (a + upcast + 4) * v * t
-    if step.loss_path == LIGER_CE:
-        return 0, a * v * t
-    if step.loss_path == LIGER_CE_FLOAT32:
-        return 0, ((a + 4) if a != 4 else 4) * v * t
+    logits = a + (4 if path.float32_logits and a != 4 else 0)  # per entry: the logits, and their float32 copy
+    if not step.trains:
+        return 0, (logits + 4) * v * t  # and the float32 log-probabilities
+    if path.kernel == LIGER:  # the gradient written into its input
+        return 0, logits * v * t
     # transformers' cross entropy: the backward holds log-probabilities, their gradient and the logits' one.
-    forward_peak = (a + 8) if a != 4 else 8
-    return 0, max(forward_peak, 12) * v * t
+    return 0, max(logits + 4, 12) * v * t
 
 
 def optimizer_bytes(step: Step, trainable: int, param_bytes: int) -> tuple[float, float]:
     """(states, temporaries of the step) for `trainable` parameters of `param_bytes` each."""
-    if step.forward_only:
+    if not step.trains:
         return 0, 0
     states = {
         "adamw_torch": 2 * param_bytes,
@@ -279,7 +256,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
         trainable, param_bytes = adapters, 4
     else:
         trainable, param_bytes = shape.parameters, step.weight_bytes
-    gradients = 0 if step.forward_only else trainable * param_bytes
+    gradients = trainable * param_bytes if step.trains else 0
     states, temporaries = optimizer_bytes(step, trainable, param_bytes)
 
     t, a, h = step.tokens, step.activation_bytes, shape.hidden_size
@@ -287,15 +264,15 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     head_trains = not lora
     loss_kept, loss_peak = loss_bytes(shape, step, head_trains)
     final_norm = norm_bytes(shape, step) * t
-    head_input = a * h * t if head_trains and step.loss_path not in (FUSED, TRL_CHUNKED) else 0
+    head_input = a * h * t if head_trains and step.loss_path.materializes_logits else 0
     other = batch + final_norm + head_input
-    assumptions = [f"loss: {step.loss_path}"]
+    assumptions = [f"loss: {step.loss_path.name}"]
     if not sequences_full:
         assumptions.append("batches padded to max_seq_length (an upper bound for shorter data)")
     if lora:
         assumptions.append(f"LoRA: {trainable:,} adapter parameters (float32)")
 
-    if step.forward_only:
+    if not step.trains:
         # No graph is kept: one layer's transients at a time, the largest being the MLP's.
         layer_peak = (4 * shape.intermediate_size + 4 * h) * a * t
         allocated = weights + batch + max(layer_peak, loss_peak)
@@ -309,7 +286,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
             breakdown["logits_and_loss"] = 0
         else:
             breakdown["activations"] = 0
-        return _finish(allocated, FORWARD, breakdown, assumptions)
+        return _finish(step, allocated, FORWARD, breakdown, assumptions)
 
     per_layer = layer_activation_bytes(shape, step)
     if step.checkpointing:
@@ -332,17 +309,19 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
             "logits_and_loss": loss_at_peak,
             "batch_and_other": other,
         }
-        return _finish(backward_start, BACKWARD_START, breakdown, assumptions)
+        return _finish(step, backward_start, BACKWARD_START, breakdown, assumptions)
     breakdown = {
         "weights": weights,
         "gradients": gradients,
         "optimizer_states": states,
         "optimizer_step_temporaries": temporaries,
     }
-    return _finish(optimizer_step, OPTIMIZER_STEP, breakdown, assumptions)
+    return _finish(step, optimizer_step, OPTIMIZER_STEP, breakdown, assumptions)
 
 
-def _finish(allocated: float, phase: str, parts: dict[str, float], assumptions: list[str]) -> MemoryPrediction:
+def _finish(
+    step: Step, allocated: float, phase: str, parts: dict[str, float], assumptions: list[str]
+) -> MemoryPrediction:
     overhead = ALLOCATOR_OVERHEAD[phase] * allocated
     breakdown = {part: float(parts.get(part, 0.0)) for part in PARTS}
     breakdown["allocator_overhead"] = overhead
@@ -350,6 +329,7 @@ def _finish(allocated: float, phase: str, parts: dict[str, float], assumptions: 
         peak_reserved_bytes=allocated + overhead,
         peak_allocated_bytes=float(allocated),
         phase=phase,
+        loss_path=step.loss_path.name,
         breakdown=breakdown,
         assumptions=assumptions,
     )

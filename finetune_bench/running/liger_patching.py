@@ -7,6 +7,7 @@ from collections import Counter
 import torch
 
 from finetune_bench.inputs.arms import supported_model_types
+from finetune_bench.inputs.loss_paths import LossPath, select_loss_path
 
 
 class LigerNotApplied(RuntimeError):
@@ -35,17 +36,15 @@ def apply_liger(model: torch.nn.Module, **kernel_flags: bool) -> dict[str, int]:
 def patch_report(model: torch.nn.Module) -> dict[str, int]:
     """Count the modules whose forward is Liger's, by Liger class; `rope` counts the patched function."""
     counts: Counter[str] = Counter()
-    model = unwrap_peft(model)  # the patched forward and modeling module are the wrapped model's
-    if (getattr(model.forward, "__module__", "") or "").startswith("liger_kernel"):
+    replaced = liger_loss_kernels(model)
+    if "fused_linear_cross_entropy" in replaced:
         counts["fused_linear_cross_entropy_forward"] += 1
+    model = unwrap_peft(model)  # the patched modules and modeling module are the wrapped model's
     for module in model.modules():
         owner = getattr(module.forward, "__qualname__", "").split(".")[0]
         if owner.startswith("Liger"):
             counts[owner] += 1
-    import torch.nn.functional as F
-
-    # `cross_entropy=True` replaces torch's cross entropy function itself (what transformers' loss calls)
-    if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
+    if "cross_entropy" in replaced:
         counts["cross_entropy"] += 1
     modeling = sys.modules.get(type(model).__module__)
     rope = getattr(modeling, "apply_rotary_pos_emb", None)
@@ -61,21 +60,27 @@ def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if callable(get_base_model) else model
 
 
-def loss_path(model: torch.nn.Module) -> str:
-    """Which loss a causal LM's own forward computes: Liger's fused linear cross entropy (no logits
-    materialized) when Liger replaced the forward, else transformers' cross entropy on the logits
-    (which Liger's `cross_entropy=True` may have swapped for its own kernel).
+def _from_liger(function: object) -> bool:
+    return (getattr(function, "__module__", "") or "").startswith("liger_kernel")
+
+
+def liger_loss_kernels(model: torch.nn.Module) -> set[str]:
+    """Liger's loss kernels in place for a causal LM's own loss: `fused_linear_cross_entropy` when Liger replaced
+    the model's forward (no logits materialized), `cross_entropy` when `cross_entropy=True` replaced torch's cross
+    entropy function itself (what transformers' loss calls).
 
     A peft model (LoRA) is looked through: its own forward is peft's, which calls the wrapped
     transformers model's forward, the one Liger patched."""
-    forward_module = getattr(unwrap_peft(model).forward, "__module__", "") or ""
-    if forward_module.startswith("liger_kernel"):
-        return "liger_fused_linear_cross_entropy"
     import torch.nn.functional as F
 
-    if (getattr(F.cross_entropy, "__module__", "") or "").startswith("liger_kernel"):
-        return "liger_cross_entropy"
-    return "hf_cross_entropy"
+    replaceable = {"fused_linear_cross_entropy": unwrap_peft(model).forward, "cross_entropy": F.cross_entropy}
+    return {kernel for kernel, function in replaceable.items() if _from_liger(function)}
+
+
+def loss_path(model: torch.nn.Module, criterion: str) -> LossPath:
+    """The loss path a run of `criterion` takes on `model` (with `criterion: model`, the one the model's own
+    forward takes, by what Liger replaced of it)."""
+    return select_loss_path(criterion, liger_loss_kernels(model))
 
 
 def keep_liger_out_of_compiled_graphs() -> list[str]:

@@ -4,31 +4,19 @@ example (or fewer than one batch) with a token to learn from would only fail on 
 import dataclasses
 from pathlib import Path
 
+from finetune_bench.inputs.catalog import BACKENDS
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.running.backends.data import (
-    OWN_TOKENIZATION_BACKENDS,
-    NotOneBatch,
-    require_one_batch,
-    usable_examples,
-)
-
-# TRL's SFTTrainer drops the examples whose prompt fills max_seq_length too, with its own tokenization: when none is
-# left it fails at its first step (`num_samples should be a positive integer value, but got num_samples=0`).
-TRL = "trl_sft"
+from finetune_bench.running.backends.data import NotOneBatch, require_one_batch, usable_examples
 
 
 def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: Path) -> list[PlannedRun]:
     """`planned`, with every run whose dataset cannot fill one batch at its max_seq_length refused (it ends as
     an error result naming why, without being launched). Checked, unpacked, for the backends that tokenize with
-    `tokenize_prompt_completion`; for TRL's, whose count may differ by a few examples, only a dataset with no
-    example left at all is refused."""
-    checked = [
-        run
-        for run in planned
-        if not (run.refused or run.predicted_oom)
-        and run.training_args.backend in (*OWN_TOKENIZATION_BACKENDS, TRL)
-        and not run.training_args.packing
-    ]
+    `tokenize_prompt_completion`; for one that tokenizes on its own (TRL's SFTTrainer, which drops the examples
+    whose prompt fills max_seq_length too, and fails at its first step when none is left: `num_samples should be a
+    positive integer value, but got num_samples=0`), whose count may differ by a few examples, only a dataset with
+    no example left at all is refused."""
+    checked = [run for run in planned if not (run.refused or run.predicted_oom or run.training_args.packing)]
     if not checked:
         return planned
     from transformers import AutoTokenizer
@@ -51,7 +39,7 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
     refused = {}
     for run in checked:
         args = run.training_args
-        batch = 1 if args.backend == TRL else args.examples_per_step
+        batch = args.examples_per_step if BACKENDS[args.backend].own_tokenization else 1
         try:
             if args.eval_examples in unsplittable:
                 raise NotOneBatch(unsplittable[args.eval_examples])

@@ -99,6 +99,40 @@ def test_liger_kernels_save_less_and_the_fused_loss_materializes_no_logits():
     assert sum(liger.breakdown.values()) == pytest.approx(liger.peak_reserved_bytes)
 
 
+@pytest.mark.parametrize(
+    "backend, criterion, arm, recorded",
+    [
+        ("trl_sft", "model", "baseline", "hf_cross_entropy"),
+        ("hf_trainer", "model", "liger", "liger_fused_linear_cross_entropy"),
+        ("trl_sft", "trl", "liger", "trl_chunked_lm_head"),
+        ("plain_loop", "model", "liger:cross_entropy", "liger_cross_entropy"),
+        ("plain_loop", "torch_cross_entropy", "liger", "torch_cross_entropy"),
+        ("forward_only", "liger_fused_linear_cross_entropy", "baseline", "liger_fused_linear_cross_entropy"),
+    ],
+)
+def test_the_prediction_names_its_loss_path_as_a_run_records_it(backend, criterion, arm, recorded):
+    shape = model_shape(model_config("random:llama-3.2-1b"))
+    args = TrainingArgs(model_name="random:llama-3.2-1b", backend=backend, criterion=criterion, arm=arm, device="cuda")
+    prediction = memory.predict_memory(args, shape)
+    assert prediction.loss_path == recorded
+    assert f"loss: {recorded}" in prediction.assumptions
+
+
+def test_the_model_s_liger_cross_entropy_takes_float32_logits_the_plain_loop_s_the_logits_as_they_are():
+    shape = model_shape(model_config("random:llama-3.2-1b"))
+    args = TrainingArgs(
+        model_name="random:llama-3.2-1b", backend="plain_loop", dtype="bfloat16", device="cuda",
+        max_seq_length=2048, per_device_train_batch_size=8,
+    )  # fmt: skip
+    in_model = memory.predict_memory(dataclasses.replace(args, arm="liger:cross_entropy"), shape)
+    criterion = memory.predict_memory(dataclasses.replace(args, criterion="liger_cross_entropy"), shape)
+    assert in_model.loss_path == criterion.loss_path == "liger_cross_entropy"
+    assert in_model.phase == criterion.phase == memory.BACKWARD_START
+    # bf16 logits: their float32 copy (2 + 4 bytes per entry) against the logits alone (2)
+    assert in_model.breakdown["logits_and_loss"] == pytest.approx(6 * shape.vocab_size * 8 * 2048)
+    assert criterion.breakdown["logits_and_loss"] == pytest.approx(2 * shape.vocab_size * 8 * 2048)
+
+
 def test_small_batches_peak_at_the_optimizer_step_with_adamw_states():
     shape = model_shape(model_config("random:phi-3-mini"))
     args = TrainingArgs(model_name="random:phi-3-mini", dtype="bfloat16", device="cuda", max_seq_length=512)

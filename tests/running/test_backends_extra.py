@@ -15,6 +15,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.prediction.memory import predict_memory
+from finetune_bench.prediction.shapes import model_config, model_shape
 from finetune_bench.running.backends.lora import apply_lora
 from finetune_bench.running.launch import run_in_child
 from finetune_bench.running.liger_patching import apply_liger, loss_path
@@ -96,7 +98,7 @@ def test_loss_path_looks_through_the_peft_wrapper():
     apply_liger(model, rope=False, rms_norm=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True)
     wrapped = apply_lora(model, TrainingArgs(backend="hf_trainer", lora_rank=2))
     assert type(wrapped).__module__.startswith("peft")
-    assert loss_path(wrapped) == "liger_fused_linear_cross_entropy"
+    assert loss_path(wrapped, "model").name == "liger_fused_linear_cross_entropy"
 
 
 def test_an_adapter_on_the_lm_head_is_refused_under_liger_fused_loss():
@@ -155,6 +157,15 @@ def test_forward_only_liger_arm_takes_the_fused_loss_and_agrees(forward_runs):
     liger_losses = pd.read_csv(liger.steps_file)["loss"]
     baseline_losses = pd.read_csv(baseline.steps_file)["loss"]
     assert liger_losses.tolist() == pytest.approx(baseline_losses.tolist(), rel=1e-5)
+
+
+@pytest.mark.parametrize("runs", ["lora_runs", "forward_runs"])
+def test_each_run_records_the_loss_path_its_prediction_names(runs, request):
+    """Predicted and measured join on the loss path: the memory model's name for it is the one the run records."""
+    shape = model_shape(model_config(TrainingArgs().model_name))
+    for arm, result in request.getfixturevalue(runs).items():
+        on_a_gpu = dataclasses.replace(result.training_args, device="cuda")  # a CPU run has no memory to predict
+        assert predict_memory(on_a_gpu, shape).loss_path == result.loss_path, arm
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from finetune_bench.inputs.arms import Arm, parse_arm
-from finetune_bench.inputs.catalog import BITSANDBYTES_OPTIMIZERS
+from finetune_bench.inputs.catalog import BACKENDS, BITSANDBYTES_OPTIMIZERS
+from finetune_bench.inputs.loss_paths import LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
@@ -44,7 +45,7 @@ class LoadedModel:
 def check_optimizer_device(args: TrainingArgs, device: torch.device) -> None:
     """An 8-bit bitsandbytes optimizer on a device it has no kernels for: planning refuses it for
     device 'cpu', but `auto` resolves only here, on the machine that trains."""
-    if args.optim in BITSANDBYTES_OPTIMIZERS and args.backend != "forward_only" and device.type != "cuda":
+    if args.optim in BITSANDBYTES_OPTIMIZERS and BACKENDS[args.backend].trains and device.type != "cuda":
         raise RuntimeError(
             f"optim {args.optim!r} needs a CUDA device (bitsandbytes), and this run's device is {device}"
         )
@@ -92,11 +93,11 @@ def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
         model.compile()
 
 
-def run_details(loaded: LoadedModel, loss_path: str) -> dict:
+def run_details(loaded: LoadedModel, loss_path: LossPath) -> dict:
     """What every backend reports about the model it trained (the worker files it in the result)."""
     model = loaded.model
     return {
-        "loss_path": loss_path,
+        "loss_path": loss_path.name,
         "liger_patches": loaded.liger_patches,
         "switchback_layers": loaded.switchback_layers,
         # compiled before a LoRA wrapper was put around it: look inside peft's wrapper

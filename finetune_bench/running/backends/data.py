@@ -164,10 +164,6 @@ def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int
     raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}{hint}")
 
 
-# The backends that train on `tokenize_prompt_completion`'s examples (TRL's SFTTrainer tokenizes on its own).
-OWN_TOKENIZATION_BACKENDS = ("plain_loop", "hf_trainer", "forward_only")
-
-
 def usable_examples(
     dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", lengths: list[int]
 ) -> dict[int, int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from finetune_bench.inputs.loss_paths import LIGER_FUSED, LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
@@ -29,10 +30,10 @@ from finetune_bench.running.backends.plain_loop import (
 from finetune_bench.sources.datasets import load_prompt_completion
 
 
-def forward_loss(criterion: str, model_loss_path: str) -> LossFunction:
+def forward_loss(criterion: str, path: LossPath) -> LossFunction:
     """The plain loop's `criterion`; for `model` with Liger's fused forward, that forward with its fused
     loss switched on outside training mode."""
-    if criterion == "model" and model_loss_path == "liger_fused_linear_cross_entropy":
+    if criterion == "model" and path.kernel == LIGER_FUSED:
         return lambda model, batch: model(**batch, skip_logits=True).loss
     return loss_function(criterion)
 

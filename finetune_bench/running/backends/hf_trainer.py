@@ -48,7 +48,7 @@ def train(
     recorder.attach_model(loaded.model)
     # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
     # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
-    path = loss_path(loaded.model)
+    path = loss_path(loaded.model, args.criterion)
     training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)

@@ -10,7 +10,7 @@ weight directly, so an adapter on the LM head would be skipped (refused below).
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.running.liger_patching import loss_path
+from finetune_bench.running.liger_patching import liger_loss_kernels
 
 ALL_LINEAR = "all-linear"  # peft's name for every Linear layer but the output layer
 
@@ -36,7 +36,7 @@ def apply_lora(model: torch.nn.Module, args: TrainingArgs) -> torch.nn.Module:
         lora_dropout=args.lora_dropout,
         target_modules=target_modules(args.lora_target_modules),
     )
-    fused_loss = loss_path(model) == "liger_fused_linear_cross_entropy"
+    fused_loss = "fused_linear_cross_entropy" in liger_loss_kernels(model)
     peft_model = get_peft_model(model, config)
     if fused_loss and isinstance(peft_model.get_base_model().get_output_embeddings(), BaseTunerLayer):
         raise RuntimeError(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from finetune_bench.inputs.loss_paths import LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
@@ -150,14 +151,14 @@ def loss_function(criterion: str) -> LossFunction:
 
 def load_for_criterion(
     args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype
-) -> tuple[LoadedModel, str]:
+) -> tuple[LoadedModel, LossPath]:
     """The model, and the loss path its criterion gives: with `model` the model's forward computes the loss;
     with any other criterion the criterion is the loss, so a liger arm must not swap in a second one."""
     if args.criterion == "model":
         loaded = load_model(args, model_dir, device, dtype)
-        return loaded, loss_path(loaded.model)
-    loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-    return loaded, args.criterion
+    else:
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    return loaded, loss_path(loaded.model, args.criterion)
 
 
 def train(

@@ -27,8 +27,6 @@ from finetune_bench.running.backends.trainer_common import (
 from finetune_bench.running.liger_patching import loss_path
 from finetune_bench.sources.datasets import load_training_and_held_out
 
-TRL_LOSS_PATH = "trl_chunked_lm_head"
-
 
 def train(
     args: TrainingArgs,
@@ -44,12 +42,9 @@ def train(
 
     if args.criterion == "trl":
         loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-        path, trainer_class = TRL_LOSS_PATH, SFTTrainer
+        trainer_class = SFTTrainer
     else:
         loaded = load_model(args, model_dir, device, dtype)
-        # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
-        # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
-        path = loss_path(loaded.model)
 
         class ModelLossSFTTrainer(SFTTrainer):
             def compute_loss(
@@ -63,6 +58,9 @@ def train(
                 return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
         trainer_class = ModelLossSFTTrainer
+    # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
+    # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
+    path = loss_path(loaded.model, args.criterion)
     recorder.attach_model(loaded.model)
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
