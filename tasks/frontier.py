@@ -4,6 +4,7 @@ throughput runs at the frontiers, and build the report."""
 import html
 import logging
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,7 +30,7 @@ from finetune_bench.frontier.settings import (
     plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes
@@ -37,11 +38,20 @@ from finetune_bench.prediction.grid import check_plan_settings, target_gpu
 from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
+from tasks.plan import checked
 from tasks.records import TrainOutput
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
-from tasks.train import checked
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FrontierPlan:
+    """What the frontier's planning hands on: the searches, and how the throughput runs at the frontiers are
+    executed."""
+
+    searches: list[FrontierSearch]
+    execution: RunSettings
 
 
 # The training image: validation reads Liger's table of the model types it can patch.
@@ -56,16 +66,20 @@ def plan_frontier(
     concurrency: int,
     min_success_ratio: float,
     condition_timeout_s: int,
+    results_store: str = "",
+    force_fresh: bool = False,
     gpu_kind: str = "",
     gpu_memory_gib: float = 0.0,
-) -> list[FrontierSearch]:
-    """Validate the inputs (before anything is downloaded or probed) and list the searches; every problem is
-    reported at once."""
-    return checked(
+) -> FrontierPlan:
+    """Validate the inputs (before anything is downloaded or probed) and list the searches, with the settings of
+    the throughput runs; every problem is reported at once."""
+    searches = checked(
         lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
         lambda: check_plan_settings(gpu_kind, gpu_memory_gib, 0.0),
     )
+    execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
+    return FrontierPlan(searches, execution)
 
 
 @task(
@@ -97,9 +111,12 @@ def plan_frontier_throughput(
     arms: list[FrontierArm] | None,
     n_runs: int,
     measure_throughput: bool,
-) -> list[PlannedRun]:
-    """The throughput runs at the batch frontiers (none when measure_throughput is off)."""
-    return plan_throughput_runs(results, training_args, frontier_arms(arms), n_runs) if measure_throughput else []
+    execution: RunSettings,
+) -> BenchmarkPlan:
+    """The throughput runs at the batch frontiers (none when measure_throughput is off), run by the benchmark's
+    train tasks with `execution`."""
+    runs = plan_throughput_runs(results, training_args, frontier_arms(arms), n_runs) if measure_throughput else []
+    return BenchmarkPlan(runs, execution, PredictionTarget())
 
 
 class FrontierOutputs(NamedTuple):

@@ -13,8 +13,8 @@ from finetune_bench.kernels.report import build_kernel_report, comparison
 from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not_benchmarked, kernels_to_run
 from images import analysis_image, training_image
 from tasks.analysis import publish
+from tasks.plan import checked
 from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
-from tasks.train import checked
 
 
 class KernelPlan(NamedTuple):

@@ -12,7 +12,7 @@ from flytekit.extras.accelerators import GPUAccelerator
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, RunSettings
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.sources.versions import SourceVersions
@@ -21,10 +21,10 @@ from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import check_training_data, download_sources
 from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import require_unique_keys
-from tasks.plan import report_plan
+from tasks.plan import plan_benchmark, report_plan
 from tasks.records import TrainOutput
 from tasks.settings import REGISTRATION_ENV
-from tasks.train import concatenate_outputs, plan_benchmark, runs_by_layout
+from tasks.train import concatenate_outputs, runs_by_layout
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
@@ -35,19 +35,14 @@ require_unique_keys()
 @dynamic_node(container_image=training_image, environment=REGISTRATION_ENV)
 def run_benchmark(
     planned: list[PlannedRun],
+    execution: RunSettings,
     dataset_dir: FlyteDirectory,
     model_dir: FlyteDirectory,
-    concurrency: int,
-    min_success_ratio: float,
-    condition_timeout_s: int,
-    results_store: str,
-    force_fresh: bool,
-    accelerator: str,
     sources: SourceVersions | None = None,
 ) -> list[TrainOutput | None]:
     """Fan the training out over every planned run: one map task per GPU layout (nodes × GPUs per node, each its
-    own train task), one layout after the other so that `concurrency` holds over the whole grid; on `accelerator`
-    when one is named (else the train tasks' own)."""
+    own train task), one layout after the other so that `execution.concurrency` holds over the whole grid; on
+    `execution.accelerator` when one is named (else the train tasks' own)."""
     # Here, not at the top: the analysis image's pods import this module too (the frontier's dynamic node), and an
     # Elastic task cannot be defined without torch.
     from tasks.train_ranks import train_task
@@ -59,13 +54,15 @@ def run_benchmark(
             dataset_dir=dataset_dir,
             model_dir=model_dir,
             sources=sources,
-            condition_timeout_s=condition_timeout_s,
-            results_store=results_store,
-            force_fresh=force_fresh,
+            condition_timeout_s=execution.condition_timeout_s,
+            results_store=execution.results_store,
+            force_fresh=execution.force_fresh,
         )
-        outputs = map_task(train, concurrency=concurrency, min_success_ratio=min_success_ratio)(planned_run=runs)
-        if accelerator:
-            outputs = outputs.with_overrides(accelerator=GPUAccelerator(accelerator_name(accelerator)))
+        outputs = map_task(train, concurrency=execution.concurrency, min_success_ratio=execution.min_success_ratio)(
+            planned_run=runs
+        )
+        if execution.accelerator:
+            outputs = outputs.with_overrides(accelerator=GPUAccelerator(accelerator_name(execution.accelerator)))
         if mapped:
             mapped[-1] >> outputs
         mapped.append(outputs)
@@ -74,33 +71,16 @@ def run_benchmark(
 
 @workflow
 def measure_grid(
-    planned: list[PlannedRun],
-    training_args: TrainingArgs,
-    concurrency: int,
-    min_success_ratio: float,
-    condition_timeout_s: int,
-    results_store: str,
-    force_fresh: bool,
-    alpha: float,
-    accelerator: str,
+    plan: BenchmarkPlan, training_args: TrainingArgs
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
-    """Download the model and data, train every planned run, analyse and report."""
-    dataset_dir, model_dir, sources = download_sources(training_args, after=planned)
-    planned = check_training_data(planned=planned, dataset_dir=dataset_dir, model_dir=model_dir)
+    """Download the model and data of `training_args`, train every planned run, analyse and report."""
+    dataset_dir, model_dir, sources = download_sources(training_args, after=plan)
+    planned = check_training_data(planned=plan.runs, dataset_dir=dataset_dir, model_dir=model_dir)
     outputs = run_benchmark(
-        planned=planned,
-        dataset_dir=dataset_dir,
-        model_dir=model_dir,
-        sources=sources,
-        concurrency=concurrency,
-        min_success_ratio=min_success_ratio,
-        condition_timeout_s=condition_timeout_s,
-        results_store=results_store,
-        force_fresh=force_fresh,
-        accelerator=accelerator,
+        planned=planned, execution=plan.execution, dataset_dir=dataset_dir, model_dir=model_dir, sources=sources
     )
     results, steps, report, files, problems = analyze_results(
-        planned=planned, outputs=outputs, alpha=alpha, results_store=results_store
+        planned=planned, outputs=outputs, execution=plan.execution
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
@@ -144,7 +124,7 @@ def benchmarking_experiment(
     default an A100). Also the GPU predicted for when `gpu_kind` is empty (else, FINETUNE_BENCH_TRAIN_ACCELERATOR when
     set).
     """
-    planned = plan_benchmark(
+    plan = plan_benchmark(
         experiment_args=experiment_args,
         training_args=training_args,
         n_runs=n_runs,
@@ -153,6 +133,7 @@ def benchmarking_experiment(
         condition_timeout_s=condition_timeout_s,
         alpha=alpha,
         results_store=results_store,
+        force_fresh=force_fresh,
         gpu_kind=gpu_kind,
         gpu_memory_gib=gpu_memory_gib,
         gpu_hour_price=gpu_hour_price,
@@ -163,29 +144,8 @@ def benchmarking_experiment(
     results, steps, report, files = (
         conditional("dry_run")
         .if_(dry_run.is_true())
-        .then(
-            report_plan(
-                planned=planned,
-                gpu_kind=gpu_kind,
-                gpu_memory_gib=gpu_memory_gib,
-                gpu_hour_price=gpu_hour_price,
-                skip_predicted_oom=skip_predicted_oom,
-                accelerator=accelerator,
-            )
-        )
+        .then(report_plan(plan=plan))
         .else_()
-        .then(
-            measure_grid(
-                planned=planned,
-                training_args=training_args,
-                concurrency=concurrency,
-                min_success_ratio=min_success_ratio,
-                condition_timeout_s=condition_timeout_s,
-                results_store=results_store,
-                force_fresh=force_fresh,
-                alpha=alpha,
-                accelerator=accelerator,
-            )
-        )
+        .then(measure_grid(plan=plan, training_args=training_args))
     )
     return results, steps, report, files

@@ -18,6 +18,7 @@ from finetune_bench.frontier.settings import (
     ProbeSettings,
     SeqLengthSearch,
 )
+from finetune_bench.inputs.plan import RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from images import analysis_image
 from tasks.analysis import require_nothing_lost
@@ -25,6 +26,7 @@ from tasks.data import download_sources
 from tasks.dynamic import dynamic_node
 from tasks.frontier import (
     FrontierOutputs,
+    FrontierPlan,
     plan_frontier,
     plan_frontier_throughput,
     report_frontier,
@@ -41,15 +43,13 @@ require_unique_keys()
 
 @dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)
 def run_searches(
-    searches: list[FrontierSearch],
-    dataset_dir: FlyteDirectory,
-    model_dir: FlyteDirectory,
-    concurrency: int,
-    min_success_ratio: float,
+    searches: list[FrontierSearch], execution: RunSettings, dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> list[FrontierResult | None]:
-    """One task per (arm, dimension): its probes decide one after another, the searches run side by side."""
+    """One task per (arm, dimension): its probes decide one after another, the searches run side by side (at most
+    `execution.concurrency` at once)."""
     search = partial(search_memory_frontier, dataset_dir=dataset_dir, model_dir=model_dir)
-    return map_task(search, concurrency=concurrency, min_success_ratio=min_success_ratio)(search=searches)
+    mapped = map_task(search, concurrency=execution.concurrency, min_success_ratio=execution.min_success_ratio)
+    return mapped(search=searches)
 
 
 # The embedded default is inputs/frontier_smoke.yaml: an offline CPU run (give it a fake memory limit,
@@ -61,47 +61,40 @@ SMOKE_TRAINING_ARGS = TrainingArgs(
 
 @workflow
 def measure_frontiers(
-    searches: list[FrontierSearch],
+    plan: FrontierPlan,
     training_args: TrainingArgs,
     arms: list[FrontierArm] | None,
     measure_throughput: bool,
     n_runs: int,
-    concurrency: int,
-    min_success_ratio: float,
-    condition_timeout_s: int,
-    results_store: str,
-    force_fresh: bool,
 ) -> FrontierOutputs:
     """Download the model and data, run the searches, then (optionally) the throughput runs, and report."""
-    dataset_dir, model_dir, sources = download_sources(training_args, after=searches)
+    # Each use reads the plan's attribute anew: flytekit's local run resolves an attribute promise in place, so one
+    # read twice would be resolved twice.
+    dataset_dir, model_dir, sources = download_sources(training_args, after=plan)
     results = run_searches(
-        searches=searches,
-        dataset_dir=dataset_dir,
-        model_dir=model_dir,
-        concurrency=concurrency,
-        min_success_ratio=min_success_ratio,
+        searches=plan.searches, execution=plan.execution, dataset_dir=dataset_dir, model_dir=model_dir
     )
-    planned = plan_frontier_throughput(
-        results=results, training_args=training_args, arms=arms, n_runs=n_runs, measure_throughput=measure_throughput
+    throughput = plan_frontier_throughput(
+        results=results,
+        training_args=training_args,
+        arms=arms,
+        n_runs=n_runs,
+        measure_throughput=measure_throughput,
+        execution=plan.execution,
     )
     outputs = run_benchmark(
-        planned=planned,
+        planned=throughput.runs,
+        execution=throughput.execution,
         dataset_dir=dataset_dir,
         model_dir=model_dir,
         sources=sources,
-        concurrency=concurrency,
-        min_success_ratio=min_success_ratio,
-        condition_timeout_s=condition_timeout_s,
-        results_store=results_store,
-        force_fresh=force_fresh,
-        accelerator="",
     )
-    frontiers, probe_table, throughput, report, problems = report_frontier(
-        searches=searches, results=results, planned=planned, outputs=outputs
+    frontiers, probe_table, throughput_table, report, problems = report_frontier(
+        searches=plan.searches, results=results, planned=throughput.runs, outputs=outputs
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
-    return frontiers, probe_table, throughput, report
+    return frontiers, probe_table, throughput_table, report
 
 
 @workflow
@@ -134,7 +127,7 @@ def memory_frontier(
     `dry_run`: nothing is downloaded or probed; the outputs are each search's predicted frontier on `gpu_kind`
     (empty: the train task's accelerator; `gpu_memory_gib` overrides its memory), see docs/prediction.md.
     """
-    searches = plan_frontier(
+    plan = plan_frontier(
         training_args=training_args,
         arms=arms,
         batch_size_search=batch_size_search,
@@ -144,26 +137,23 @@ def memory_frontier(
         concurrency=concurrency,
         min_success_ratio=min_success_ratio,
         condition_timeout_s=condition_timeout_s,
+        results_store=results_store,
+        force_fresh=force_fresh,
         gpu_kind=gpu_kind,
         gpu_memory_gib=gpu_memory_gib,
     )
     frontiers, probe_table, throughput, report = (
         conditional("dry_run")
         .if_(dry_run.is_true())
-        .then(report_frontier_plan(searches=searches, gpu_kind=gpu_kind, gpu_memory_gib=gpu_memory_gib))
+        .then(report_frontier_plan(searches=plan.searches, gpu_kind=gpu_kind, gpu_memory_gib=gpu_memory_gib))
         .else_()
         .then(
             measure_frontiers(
-                searches=searches,
+                plan=plan,
                 training_args=training_args,
                 arms=arms,
                 measure_throughput=measure_throughput,
                 n_runs=n_runs,
-                concurrency=concurrency,
-                min_success_ratio=min_success_ratio,
-                condition_timeout_s=condition_timeout_s,
-                results_store=results_store,
-                force_fresh=force_fresh,
             )
         )
     )

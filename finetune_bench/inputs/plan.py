@@ -35,6 +35,45 @@ class PlannedRun:
     predicted_oom: str = ""
 
 
+@dataclass
+class RunSettings:
+    """How the planned runs are executed and analysed: the workflow's settings that every task after planning
+    reads (`validate_run_settings` checks them)."""
+
+    # At most this many runs train at once; the grid fails when fewer than this share of its runs end.
+    concurrency: int = 4
+    min_success_ratio: float = 0.1
+    condition_timeout_s: int = 3600
+    # Where finished runs are kept and found again (empty: the default store), and whether to measure them again.
+    results_store: str = ""
+    force_fresh: bool = False
+    # The significance level of each arm's test against the baseline.
+    alpha: float = 0.05
+    # The GPU the train tasks ask for on a cluster (empty: the one they were registered with).
+    accelerator: str = ""
+
+
+@dataclass
+class PredictionTarget:
+    """What the memory model predicts for: a GPU kind (empty: the accelerator's), its memory, its price per hour,
+    and whether a sure out-of-memory is recorded without launching it."""
+
+    gpu_kind: str = ""
+    gpu_memory_gib: float = 0.0
+    gpu_hour_price: float = 0.0
+    skip_predicted_oom: bool = False
+
+
+@dataclass
+class BenchmarkPlan:
+    """What planning hands on: every run (each with its prediction), how they are executed, and what the
+    predictions were made for."""
+
+    runs: list[PlannedRun]
+    execution: RunSettings
+    prediction: PredictionTarget
+
+
 # How a condition's problem names it (see `validate_condition`): " (condition a=1,b=2)".
 _CONDITION = re.compile(r" \(condition [^)]*\)")
 

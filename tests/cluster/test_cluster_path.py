@@ -200,11 +200,10 @@ def test_two_identify_sources_pods_give_the_same_cache_keys(benchmark_run, tmp_p
 
 
 def _dynamic_inputs(cluster: Cluster, **changes) -> literals_pb2.LiteralMap:
+    """The benchmark's dynamic node's inputs, with `changes` made to its run settings (`execution`)."""
     inputs = _read(_pod(cluster, "run_benchmark").directory / "io" / "inputs.pb", literals_pb2.LiteralMap)
-    for name, value in changes.items():
-        inputs.literals[name].CopyFrom(
-            literals_pb2.Literal(scalar=literals_pb2.Scalar(primitive=literals_pb2.Primitive(string_value=value)))
-        )
+    binary = inputs.literals["execution"].scalar.binary
+    binary.value = msgpack.dumps({**msgpack.loads(binary.value), **changes})
     return inputs
 
 
@@ -319,7 +318,7 @@ def test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning(re
         cluster.execute()
     assert [pod.task.rsplit(".", 1)[-1] for pod in cluster.pods] == ["plan_benchmark"]
     assert "WANDB_ENTITY is 'team' but the task could not read the secret 'wandb_api_key'" in str(failed.value)
-    requested = [s.key for s in cluster.tasks["tasks.train.plan_benchmark"].security_context.secrets]
+    requested = [s.key for s in cluster.tasks["tasks.plan.plan_benchmark"].security_context.secrets]
     assert "wandb_api_key" in requested
 
 

@@ -37,7 +37,7 @@ from finetune_bench.frontier.settings import (
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.errors import SpecError
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import PlannedRun, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAKE_MEMORY_ENV, fake_memory_cost
@@ -496,8 +496,7 @@ def test_dynamic_body_compiles_to_a_map_over_every_search():
             searches=plan(),
             dataset_dir=FlyteDirectory("s3://bucket/dataset"),
             model_dir=FlyteDirectory("s3://bucket/model"),
-            concurrency=2,
-            min_success_ratio=1.0,
+            execution=RunSettings(concurrency=2, min_success_ratio=1.0),
         )
     (node,) = spec.nodes
     assert node.array_node.to_flyte_idl().parallelism == 2
@@ -609,12 +608,12 @@ def test_throughput_plan_is_empty_when_not_measured():
 
     results = [batch_result(True, 4), batch_result(False, 2)]
     arms = [FrontierArm(arm="liger"), FrontierArm(arm="baseline")]
-    assert plan_frontier_throughput(results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1,
-                                    measure_throughput=False) == []  # fmt: skip
-    planned = plan_frontier_throughput(
-        results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1, measure_throughput=True
-    )
-    assert all(isinstance(run, PlannedRun) for run in planned) and len(planned) == 3
+    execution = RunSettings(concurrency=2, results_store="s3://bucket/results")
+    inputs = dict(results=results, training_args=ROOMY_DATA, arms=arms, n_runs=1, execution=execution)
+    assert plan_frontier_throughput(**inputs, measure_throughput=False).runs == []
+    plan = plan_frontier_throughput(**inputs, measure_throughput=True)
+    assert all(isinstance(run, PlannedRun) for run in plan.runs) and len(plan.runs) == 3
+    assert plan.execution == execution
 
 
 # --- the guided search ------------------------------------------------------------------------------------

@@ -420,7 +420,7 @@ _REGISTERED = textwrap.dedent(
     from flytekit.core.context_manager import FlyteContextManager
     from flytekit.tools.translator import get_serializable
     from flytekit.types.directory import FlyteDirectory
-    from finetune_bench.inputs.plan import PlannedRun
+    from finetune_bench.inputs.plan import PlannedRun, RunSettings
     from finetune_bench.inputs.settings import TrainingArgs
     from tasks.train import train_condition
     from tasks.train_ranks import ELASTIC_TRAIN_TASKS
@@ -430,9 +430,8 @@ _REGISTERED = textwrap.dedent(
     planned = [PlannedRun("a", 0, TrainingArgs(), [], refused="refused for this test")]
     settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
     ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
-    inputs = dict(dataset_dir=FlyteDirectory("s3://b/d"), model_dir=FlyteDirectory("s3://b/m"), concurrency=2,
-                  min_success_ratio=0.5, condition_timeout_s=60, results_store="s3://b/r", force_fresh=False,
-                  accelerator="")
+    execution = RunSettings(concurrency=2, min_success_ratio=0.5, condition_timeout_s=60, results_store="s3://b/r")
+    inputs = dict(dataset_dir=FlyteDirectory("s3://b/d"), model_dir=FlyteDirectory("s3://b/m"), execution=execution)
     with FlyteContextManager.with_context(ctx) as ctx:
         spec = run_benchmark.compile_into_workflow(ctx, run_benchmark._task_function, planned=planned, **inputs)
     task = get_serializable({}, settings, train_condition).template
@@ -440,7 +439,7 @@ _REGISTERED = textwrap.dedent(
     (mapped,) = spec.tasks
     # And the decorated task still runs locally, offline, leaving no run open.
     output = train_condition(planned_run=planned[0], dataset_dir=FlyteDirectory("."), model_dir=FlyteDirectory("."),
-                             condition_timeout_s=60, results_store=inputs["results_store"].replace("s3://b", "."),
+                             condition_timeout_s=60, results_store=execution.results_store.replace("s3://b", "."),
                              force_fresh=True)
     print(json.dumps(dict(
         decorator=type(train_condition.task_function).__name__,

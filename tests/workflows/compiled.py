@@ -5,7 +5,7 @@ from flytekit.core.context_manager import FlyteContextManager
 from flytekit.models.dynamic_job import DynamicJobSpec
 from flytekit.types.directory import FlyteDirectory
 
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import PlannedRun, RunSettings
 from finetune_bench.sources.versions import SourceVersions
 
 SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image())
@@ -25,13 +25,14 @@ def compile_benchmark_dynamic(
             ctx,
             run_benchmark._task_function,
             planned=planned,
+            execution=RunSettings(
+                concurrency=concurrency,
+                min_success_ratio=min_success_ratio,
+                condition_timeout_s=60,
+                results_store="s3://bucket/results",
+                accelerator=accelerator,
+            ),
             dataset_dir=FlyteDirectory("s3://bucket/dataset"),
             model_dir=FlyteDirectory("s3://bucket/model"),
-            concurrency=concurrency,
-            min_success_ratio=min_success_ratio,
-            condition_timeout_s=60,
-            results_store="s3://bucket/results",
-            force_fresh=False,
-            accelerator=accelerator,
             sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
         )
