@@ -1,7 +1,7 @@
 """ImageSpec definitions.
 
 Environment variables (read when the workflow is registered or run remotely; the registry is also handed to every
-pod through `tasks.settings.REGISTRATION_ENV`, as it is part of the images' ids):
+pod through `tasks.registration.REGISTRATION_ENV`, as it is part of the images' ids):
 - FINETUNE_BENCH_IMAGE_BUILDER: ImageSpec builder; "union" on Union (the default), "default" for
   flytekit's local Docker builder.
 - FINETUNE_BENCH_IMAGE_REGISTRY: registry to push to (not needed with the union builder).

@@ -24,7 +24,7 @@ from finetune_bench.results.record import RunResult
 from images import analysis_image
 from tasks.execution import cluster_notes
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV
+from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
 logger = logging.getLogger(__name__)
 # Set (e.g. by `make demo`) to also copy the outputs to a local directory.

@@ -19,7 +19,7 @@ from finetune_bench.sources.models import prepare_model
 from finetune_bench.sources.versions import SourceVersions, source_versions
 from images import training_image
 from tasks.execution import on_cluster
-from tasks.settings import (
+from tasks.registration import (
     DOWNLOAD_CACHE_VERSION,
     DOWNLOAD_RESOURCES,
     HF_SECRETS,

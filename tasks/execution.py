@@ -3,7 +3,7 @@ local one does not."""
 
 from flytekit.core.context_manager import FlyteContextManager
 
-from tasks.settings import WANDB_ENTITY, wandb_disabled
+from tasks.registration import WANDB_ENTITY, wandb_disabled
 
 NO_RESULTS_STORE = (
     "results_store is empty: each finished run is kept on its train pod's disk, which goes with the pod, so a later "

@@ -40,7 +40,7 @@ from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.plan import checked
 from tasks.records import TrainOutput
-from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not
 from images import analysis_image, training_image
 from tasks.analysis import publish
 from tasks.plan import checked
-from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
+from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
 
 class KernelPlan(NamedTuple):

@@ -29,7 +29,7 @@ from finetune_bench.sources.cache import default_results_store
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
 from tasks.execution import cluster_notes
-from tasks.settings import ANALYSIS_RESOURCES, REGISTRATION_ENV, WANDB_SECRETS
+from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, WANDB_SECRETS
 from tasks.wandb_runs import require_wandb_key
 
 T = TypeVar("T")

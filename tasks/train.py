@@ -16,7 +16,7 @@ from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image, training_image
 from tasks.records import TrainOutput
-from tasks.settings import (
+from tasks.registration import (
     ANALYSIS_RESOURCES,
     REGISTRATION_ENV,
     TRAIN_ACCELERATOR,

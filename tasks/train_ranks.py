@@ -21,7 +21,7 @@ from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image
 from tasks.records import TrainOutput
-from tasks.settings import REGISTRATION_ENV, TRAIN_ACCELERATOR, WANDB_SECRETS, train_resources
+from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, WANDB_SECRETS, train_resources
 from tasks.train import logged_output, source_versions, train_condition
 from tasks.wandb_runs import add_wandb_link_to_map_tasks, with_wandb_link
 

@@ -21,7 +21,7 @@ from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.sources.cache import cache_root
 from tasks.execution import on_cluster
-from tasks.settings import (
+from tasks.registration import (
     WANDB_API_URL,
     WANDB_APP_URL,
     WANDB_ENTITY,

@@ -23,7 +23,7 @@ from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import require_unique_keys
 from tasks.plan import plan_benchmark, report_plan
 from tasks.records import TrainOutput
-from tasks.settings import REGISTRATION_ENV
+from tasks.registration import REGISTRATION_ENV
 from tasks.train import concatenate_outputs, runs_by_layout
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.

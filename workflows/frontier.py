@@ -34,7 +34,7 @@ from tasks.frontier import (
     search_memory_frontier,
 )
 from tasks.inputs_yaml import require_unique_keys
-from tasks.settings import REGISTRATION_ENV
+from tasks.registration import REGISTRATION_ENV
 from workflows.benchmark import run_benchmark
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.

@@ -15,7 +15,7 @@ from images import analysis_image
 from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import require_unique_keys
 from tasks.kernels import KernelOutputs, benchmark_kernel, plan_kernels, report_kernels
-from tasks.settings import REGISTRATION_ENV
+from tasks.registration import REGISTRATION_ENV
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()

@@ -17,7 +17,6 @@ from finetune_bench.analysis.recommendation import largest_fitting_batch, recomm
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.analysis.tables import (
-    GIB,
     arms_vs_baseline,
     condition_summary,
     prediction_errors,
@@ -28,6 +27,7 @@ from finetune_bench.analysis.tables import (
 )
 from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.measuring.metrics import GIB
 from finetune_bench.results.record import OK, RunResult
 
 

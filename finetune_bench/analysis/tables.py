@@ -8,44 +8,13 @@ import pandas as pd
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
+from finetune_bench.measuring.metrics import GIB, METRICS
 from finetune_bench.measuring.profiling import PROFILE_FILE
 from finetune_bench.results.record import LOST, OK, RunResult
 
-GIB = 1024**3
-# metric key in RunResult.metrics → column in the results table, and its scale.
-_METRIC_COLUMNS = {
-    "tokens_per_second": ("tokens_per_second", 1),
-    "padded_tokens_per_second": ("padded_tokens_per_second", 1),
-    "padding_fraction": ("padding_fraction", 1),
-    "step_time_median_s": ("step_time_median_s", 1),
-    "step_time_min_s": ("step_time_min_s", 1),
-    "step_time_max_s": ("step_time_max_s", 1),
-    "warmup_time_s": ("warmup_time_s", 1),
-    "steps_measured": ("steps_measured", 1),
-    "tokens_per_second_median_step": ("tokens_per_second_median_step", 1),
-    # a run on several GPUs (`running.ranks`): the throughput per GPU, and how uneven the ranks' memory was
-    "tokens_per_second_per_gpu": ("tokens_per_second_per_gpu", 1),
-    "peak_allocated_bytes_spread": ("peak_allocated_spread_gib", GIB),
-    "peak_reserved_bytes_spread": ("peak_reserved_spread_gib", GIB),
-    "nvml_rank_peak_bytes": ("nvml_rank_peak_gib", GIB),
-    "nvml_rank_peak_bytes_spread": ("nvml_rank_peak_spread_gib", GIB),
-    "model_flops_per_token": ("model_flops_per_token", 1),
-    "achieved_tflops": ("achieved_tflops", 1),
-    "mfu": ("mfu", 1),
-    "peak_allocated_bytes": ("peak_allocated_gib", GIB),
-    "peak_reserved_bytes": ("peak_reserved_gib", GIB),
-    "before_training_allocated_bytes": ("before_training_allocated_gib", GIB),
-    "before_training_reserved_bytes": ("before_training_reserved_gib", GIB),
-    "process_peak_rss_bytes": ("process_peak_rss_gib", GIB),
-    "nvml_process_peak_bytes": ("nvml_process_peak_gib", GIB),
-    "nvml_device_used_peak_bytes": ("nvml_device_used_peak_gib", GIB),
-    "final_loss": ("final_loss", 1),
-    "initial_eval_loss": ("initial_eval_loss", 1),
-    "final_eval_loss": ("final_eval_loss", 1),
-    "final_eval_perplexity": ("final_eval_perplexity", 1),
-    "eval_time_s": ("eval_time_s", 1),
-}
-METRIC_COLUMNS = [column for column, _ in _METRIC_COLUMNS.values()]
+# The run-level metrics that have a results column (`measuring.metrics`: name, column, scale, unit, rank merge).
+TABLE_METRICS = [metric for metric in METRICS.values() if metric.column is not None]
+METRIC_COLUMNS = [metric.column for metric in TABLE_METRICS]
 
 
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
@@ -62,9 +31,9 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             rows.append(row)
             continue
         row.update(status=result.status, reason=result.reason)
-        for key, (column, scale) in _METRIC_COLUMNS.items():
-            if key in result.metrics:
-                row[column] = result.metrics[key] / scale
+        for metric in TABLE_METRICS:
+            if metric.name in result.metrics:
+                row[metric.column] = result.metrics[metric.name] / metric.scale
         if "tokens_per_second" in result.metrics and run.training_args.world_size == 1:
             row["tokens_per_second_per_gpu"] = result.metrics["tokens_per_second"]  # one GPU: all of it
         predicted = result.predicted_peak_reserved_bytes

@@ -53,7 +53,7 @@ def test_a_run_that_cannot_be_logged_for_want_of_a_key_says_so(wandb_asked_for_o
 
 
 def _registered_settings(**env) -> dict:
-    """tasks.settings as a registering shell with `env` defines it."""
+    """tasks.registration as a registering shell with `env` defines it."""
     import json
     import os
     import subprocess

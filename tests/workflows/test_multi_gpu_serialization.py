@@ -39,7 +39,7 @@ def test_a_one_node_layout_is_an_ordinary_pod_with_its_gpus():
     from flytekit.models.task import Resources
 
     assert requests[Resources.ResourceName.GPU] == "4"
-    # one GPU's CPUs and memory times four (tasks.settings.train_resources)
+    # one GPU's CPUs and memory times four (tasks.registration.train_resources)
     one_gpu = {r.name: r.value for r in _template(train_condition).container.resources.requests}
     assert int(requests[Resources.ResourceName.CPU]) == 4 * int(one_gpu[Resources.ResourceName.CPU])
     assert template.metadata.pod_template_name is None or template.metadata.pod_template_name == ""

@@ -1,4 +1,5 @@
-"""Task resources, read from the environment when the workflow is registered or run.
+"""What every task is registered with (its resources, GPU, environment and secrets), read from the environment
+when the workflow is registered or run.
 
 - FINETUNE_BENCH_TRAIN_GPU (default 1), FINETUNE_BENCH_TRAIN_CPU (8), FINETUNE_BENCH_TRAIN_MEM (64Gi)
 - FINETUNE_BENCH_TRAIN_ACCELERATOR: a GPU type such as `nvidia-tesla-a100`, `nvidia-h100`,
