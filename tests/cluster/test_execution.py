@@ -62,7 +62,7 @@ def _registered_settings(**env) -> dict:
     from images.images import PROJECT_ROOT
 
     code = (
-        "import json; from tasks import settings as s; "
+        "import json; from tasks import registration as s; "
         "print(json.dumps({'env': s.REGISTRATION_ENV, 'secrets': [x.key for x in s.WANDB_SECRETS]}))"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("FINETUNE_BENCH_", "WANDB_"))}
