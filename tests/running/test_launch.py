@@ -1,4 +1,4 @@
-"""The child-process launcher classifies every ending, under injected faults (finetune_bench.faults)."""
+"""The child-process launcher classifies every ending, under injected faults (finetune_bench.running.faults)."""
 
 import dataclasses
 import json
