@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import typing
 
 import pandas as pd
 import pytest
@@ -41,8 +42,9 @@ def test_endings_without_a_result_are_classified(fault, status, reason, monkeypa
 
 
 def test_the_child_s_record_reads_back_and_refuses_a_key_its_launcher_does_not_know_or_lacks():
-    field_types = {field.name: field.type for field in dataclasses.fields(RunResult)}
-    assert all(field_types[field.name] == field.type for field in dataclasses.fields(ChildOutcome))
+    # resolved hints: a field's `type` may be a string or, once flytekit has read the class, the type itself
+    result_types, outcome_types = typing.get_type_hints(RunResult), typing.get_type_hints(ChildOutcome)
+    assert outcome_types and all(result_types[name] == kind for name, kind in outcome_types.items())
     outcome = ChildOutcome(status="ok", metrics={"tokens_per_second": 1.5}, details={"device": "cpu"})
     assert ChildOutcome.from_json(outcome.to_json()) == outcome
     record = dataclasses.asdict(outcome)
