@@ -15,6 +15,7 @@ from finetune_bench.results.record import LOST, OK, RunResult
 # The run-level metrics that have a results column (`measuring.metrics`: name, column, scale, unit, rank merge).
 TABLE_METRICS = [metric for metric in METRICS.values() if metric.column is not None]
 METRIC_COLUMNS = [metric.column for metric in TABLE_METRICS]
+METRIC_BY_COLUMN = {metric.column: metric for metric in TABLE_METRICS}
 
 
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:

@@ -36,9 +36,12 @@ def verdicts(
             line += f", peak reserved memory {_span(memory)}"
         line += f" over {len(both)} condition(s)"
         if table is not None and "world_size" in table and "arm" in table:
-            mine = table[(table["arm"] == arm) & (table["status"] == OK)]["world_size"]
-            if not mine.empty:
-                line += f" on {gpu_count_text(mine)}" + (" (memory: the largest rank's)" if mine.max() > 1 else "")
+            mine = table[(table["arm"] == arm) & (table["status"] == OK)]
+            if not mine.empty and "device" in mine and (mine["device"] == "cpu").all():
+                line += " on the CPU"
+            elif not mine.empty:
+                sizes = mine["world_size"]
+                line += f" on {gpu_count_text(sizes)}" + (" (memory: the largest rank's)" if sizes.max() > 1 else "")
         if not fitting.empty:
             mine = fitting[fitting["arm"] == arm]["largest_ok_batch"].max()
             base = fitting[fitting["arm"] == BASELINE]["largest_ok_batch"].max()

@@ -18,7 +18,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # n
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
-from finetune_bench.analysis.tables import profile_categories, ran_on_cpu  # noqa: E402
+from finetune_bench.analysis.tables import METRIC_BY_COLUMN, profile_categories, ran_on_cpu  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
 from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT
@@ -78,17 +78,19 @@ def _panels(data: pd.DataFrame, facets: list[str]) -> pd.Series:
     return labels.agg(", ".join, axis=1)
 
 
+def axis_label(column: str) -> str:
+    """A results column as a figure's axis: what the metric measures and its unit (`measuring.metrics`)."""
+    metric = METRIC_BY_COLUMN[column]
+    return f"{metric.description} ({metric.column_unit})"
+
+
 def _bar_panel(
-    table: pd.DataFrame,
-    metric: str,
-    ylabel: str,
-    swept: list[str],
-    title: str,
-    capacity_gib: float | None = None,
+    table: pd.DataFrame, metric: str, swept: list[str], title: str, capacity_gib: float | None = None
 ) -> plt.Figure:
-    """Median of `metric` over ok runs per condition (bars, min–max over repeats as error bars), one panel
-    per value of the axes other than the arm and x; failed conditions marked, never dropped; a dashed line
-    at the GPU's capacity when given."""
+    """Median of `metric` (a results column) over ok runs per condition (bars, min–max over repeats as error
+    bars), one panel per value of the axes other than the arm and x; failed conditions marked, never dropped; a
+    dashed line at the GPU's capacity when given."""
+    ylabel = axis_label(metric)
     x = _x_axis(swept)
     facets = [axis for axis in swept if axis not in ("arm", x)]
     data = _with_arm(table).copy()
@@ -500,7 +502,7 @@ def _throughput_tab(a: GridAnalysis) -> str:
         "<p>Non-padding tokens per second over the measured steps (warm-up excluded). Bars: median over repeats; "
         "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>"
         + figure_html(
-            _bar_panel(a.table, "tokens_per_second", "non-padding tokens/s", a.swept, "Throughput"),
+            _bar_panel(a.table, "tokens_per_second", a.swept, "Throughput"),
             "throughput by batch size",
         )
     )
@@ -511,13 +513,11 @@ def _memory_tab(a: GridAnalysis) -> str:
     parts = []
     if table["peak_reserved_gib"].notna().any():
         for metric, label in (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved")):
-            fig = _bar_panel(
-                table, metric, f"{label} memory (GiB)", swept, f"{label.capitalize()} memory", a.capacity_gib
-            )
+            fig = _bar_panel(table, metric, swept, f"{label.capitalize()} memory", a.capacity_gib)
             parts.append(figure_html(fig, f"{label} memory by batch size"))
         note = "PyTorch's allocator peaks (allocated: tensors; reserved: what the allocator holds from the GPU)."
     else:
-        fig = _bar_panel(table, "process_peak_rss_gib", "process peak RSS (GiB, host memory)", swept, "Peak memory")
+        fig = _bar_panel(table, "process_peak_rss_gib", swept, "Peak memory (host)")
         parts.append(figure_html(fig, "peak memory by batch size"))
         note = "No GPU: the process's peak resident memory on the host."
     intro = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
@@ -537,9 +537,7 @@ def _speedup_tab(a: GridAnalysis) -> str:
     else:
         parts.append("<p>Only one arm ran: nothing to compare.</p>")
     if a.table["mfu"].notna().any():
-        parts.append(
-            figure_html(_bar_panel(a.table, "mfu", "model FLOPs utilization", a.swept, "MFU"), "MFU per condition")
-        )
+        parts.append(figure_html(_bar_panel(a.table, "mfu", a.swept, "MFU"), "MFU per condition"))
         parts.append("<p>MFU: model FLOPs per token × tokens/s over the GPU's dense bf16 peak.</p>")
     else:
         parts.append("<p>MFU: not known for this device (no GPU, or a GPU without a known peak).</p>")

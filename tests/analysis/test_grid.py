@@ -89,6 +89,20 @@ def test_one_gpu_grids_have_no_scaling_view_and_say_one_gpu():
     assert "Scaling" not in report and "over 1 condition(s) on 1 GPU." in report["Summary"]
 
 
+def run_identity(run):
+    return run.condition_id, run.run_number, run.swept_axes, run.training_args
+
+
+def test_a_cpu_grid_says_it_ran_on_the_cpu_not_on_one_gpu():
+    planned = plan_runs(ExperimentArgs(arm=["liger", "baseline"]), TrainingArgs(), 1)
+    results = [
+        RunResult(*run_identity(r), "ok", metrics={"tokens_per_second": 9.0}, details={"device": "cpu"})
+        for r in planned
+    ]
+    (verdict,) = analyze_grid(planned, results, {}).verdicts
+    assert verdict.startswith("liger vs baseline: throughput ×1.00") and "over 1 condition(s) on the CPU." in verdict
+
+
 def test_a_multi_gpu_condition_without_its_one_gpu_twin_has_no_efficiency():
     planned, results = _multi_gpu_grid({"liger": 100.0, "baseline": 80.0}, {"liger": 190.0, "baseline": 120.0})
     keep = [i for i, r in enumerate(planned) if r.training_args.num_gpus == 2]
