@@ -5,7 +5,10 @@ batch × seq tokens (no padding), gradient clipping at 1.0 (the HF Trainer's def
 weights; step time taken with the GPU synchronized
 at each step's end. Prints one JSON line.
 
-    python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--liger]
+    python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--liger] [--cce]
+
+--cce: the loss by Cut Cross-Entropy (`cut_cross_entropy.linear_cross_entropy` on the last hidden state and the
+LM head's weight, its defaults, targets shifted by one), the model's own loss otherwise.
 """
 
 import argparse
@@ -29,6 +32,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--max-grad-norm", type=float, default=1.0, help="0: no clipping")
     parser.add_argument("--liger", action="store_true", help="Liger's default kernels for the model type")
+    parser.add_argument("--cce", action="store_true", help="the loss by Cut Cross-Entropy")
     opts = parser.parse_args()
 
     config_dict = architecture_config(opts.arch)
@@ -54,7 +58,13 @@ def main() -> None:
     last = time.perf_counter()
     for _ in range(opts.steps):
         ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
-        loss = model(input_ids=ids, labels=ids).loss
+        if opts.cce:
+            from cut_cross_entropy import linear_cross_entropy
+
+            hidden = model.model(input_ids=ids).last_hidden_state
+            loss = linear_cross_entropy(hidden, model.lm_head.weight, ids, shift=True)
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         if opts.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), opts.max_grad_norm)
@@ -71,6 +81,7 @@ def main() -> None:
             {
                 "arch": opts.arch,
                 "liger": opts.liger,
+                "cce": opts.cce,
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,
