@@ -8,7 +8,11 @@ An arm is `baseline`, `baseline_repeat`, or components joined by `+`:
   names are the switches of Liger's own patch functions;
 - `compile`: the model compiled with `torch.compile` (after Liger, so Liger's kernels are compiled in);
 - `switchback`: the decoder's linear layers replaced by bitsandbytes' SwitchBack int8 linear layers
-  (the `switchback` extra, bitsandbytes 0.49.2, the last release with them; a CUDA GPU only).
+  (the `switchback` extra, bitsandbytes 0.49.2, the last release with them; a CUDA GPU only);
+- `cce`: the loss computed by Apple's Cut Cross-Entropy from the last hidden states and the LM head's weight, the
+  logits never in the GPU's memory (the criterion `cce` in place of the model's own loss). Only a backend that
+  computes the loss itself runs it (`catalog.Backend.computes_loss_itself`). With Liger (`liger:rope+cce`) the
+  Liger part must leave Liger's loss kernels off: they and CCE would both compute the loss.
 
 `baseline_repeat` trains exactly like `baseline`; listing both asks for an A/A comparison, whose
 spread is the noise floor a real difference must clear. Every other arm is compared with `baseline`.
@@ -19,13 +23,15 @@ import inspect
 from dataclasses import dataclass
 
 from finetune_bench.inputs.errors import closest
+from finetune_bench.inputs.loss_paths import CCE_CRITERION
 
 BASELINE = "baseline"
 BASELINE_REPEAT = "baseline_repeat"
 LIGER = "liger"
 COMPILE = "compile"
 SWITCHBACK = "switchback"
-COMPONENTS = (LIGER, COMPILE, SWITCHBACK)
+CCE = CCE_CRITERION  # the component computes the loss as the criterion of the same name does
+COMPONENTS = (LIGER, COMPILE, SWITCHBACK, CCE)
 # Liger's loss kernels: they only act when the model's own forward computes the loss.
 LOSS_KERNELS = ("cross_entropy", "fused_linear_cross_entropy")
 
@@ -43,11 +49,17 @@ class Arm:
     liger_kernel: str | None = None
     compile: bool = False
     switchback: bool = False
+    cce: bool = False
 
     @property
     def is_baseline(self) -> bool:
         """Nothing switched on (`baseline` and `baseline_repeat`)."""
-        return not (self.liger or self.compile or self.switchback)
+        return not (self.liger or self.compile or self.switchback or self.cce)
+
+    def loss_criterion(self, criterion: str) -> str:
+        """The criterion that computes a condition's loss: the `cce` component's in place of `criterion` (which
+        validation only lets be `model` or `cce` beside it), else `criterion`."""
+        return CCE_CRITERION if self.cce else criterion
 
     def liger_flags(self, model_type: str) -> dict[str, bool]:
         """Keyword arguments for Liger's patch function of `model_type`: none for Liger's defaults, else
@@ -171,10 +183,16 @@ def parse_arm(name: str) -> Arm:
                 f"its kernels: {list(all_kernels())}"
             )
         found[component] = kernel
+    if CCE in found and LIGER in found and found[LIGER] in LOSS_KERNELS:
+        raise ArmError(
+            f"arm {name!r}: Liger's {found[LIGER]} kernel and Cut Cross-Entropy both compute the loss, and one run "
+            f"has one loss; compare them as two arms ('liger:{found[LIGER]}', 'cce')"
+        )
     return Arm(
         name=name,
         liger=LIGER in found,
         liger_kernel=found.get(LIGER) or None,
         compile=COMPILE in found,
         switchback=SWITCHBACK in found,
+        cce=CCE in found,
     )

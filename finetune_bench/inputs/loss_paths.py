@@ -8,9 +8,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 # What computes the loss: a cross entropy on the whole batch's logits (torch's, or Liger's, which writes the
-# logits' gradient into its input in the forward pass), or the logits a chunk of tokens at a time, never whole
-# (Liger's fused linear cross entropy, TRL's chunked LM head).
-TORCH, LIGER, LIGER_FUSED, TRL_CHUNKED = "torch", "liger", "liger_fused", "trl_chunked"
+# logits' gradient into its input in the forward pass), the logits a chunk of tokens at a time, never whole
+# (Liger's fused linear cross entropy, TRL's chunked LM head), or Apple's Cut Cross-Entropy, whose kernels keep
+# each tile of logits in on-chip memory and write only a float32 log-sum-exp per token to the GPU's memory.
+TORCH, LIGER, LIGER_FUSED, TRL_CHUNKED, CUT_CROSS_ENTROPY = "torch", "liger", "liger_fused", "trl_chunked", "cce"
+# The criterion (and arm component, `finetune_bench.inputs.arms`) that computes the loss with Cut Cross-Entropy
+# (`cut_cross_entropy.linear_cross_entropy`, PyPI package cut-cross-entropy), and the module it needs.
+CCE_CRITERION = "cce"
+CCE_MODULE = "cut_cross_entropy"
+CCE_INSTALL_HINT = "pip install cut-cross-entropy"
 
 
 @dataclass(frozen=True)
@@ -20,7 +26,7 @@ class LossPath:
 
     name: str  # what a run records in `loss_path`, and the prediction of its condition
     criterion: str
-    kernel: str  # TORCH, LIGER, LIGER_FUSED or TRL_CHUNKED
+    kernel: str  # TORCH, LIGER, LIGER_FUSED, TRL_CHUNKED or CUT_CROSS_ENTROPY
     float32_logits: bool = False  # the whole logits are upcast to float32 before the loss
     liger_kernel: str | None = None
 
@@ -42,6 +48,8 @@ LOSS_PATHS = (
     LossPath("torch_cross_entropy", "torch_cross_entropy", TORCH, float32_logits=True),
     LossPath("liger_cross_entropy", "liger_cross_entropy", LIGER),  # on the logits as the model returns them
     LossPath("liger_fused_linear_cross_entropy", "liger_fused_linear_cross_entropy", LIGER_FUSED),
+    # from the last hidden states and the LM head's weight, the logits never in the GPU's memory
+    LossPath(CCE_CRITERION, CCE_CRITERION, CUT_CROSS_ENTROPY),
 )
 
 

@@ -1,8 +1,9 @@
 """Forward passes only: the plain loop's batches and loss under `torch.inference_mode`, no backward, no
 optimizer (the custom-loop notebook's inference comparison: time and peak memory without training).
 
-Data, batches and criteria are the plain loop's (same examples, same shuffle, `gradient_accumulation_steps`
-micro-batches per step, so a step sees the tokens a plain-loop step trains on). The model is in eval mode
+Data, batches and criteria (the arm's `cce` component included) are the plain loop's (same examples, same
+shuffle, `gradient_accumulation_steps` micro-batches per step, so a step sees the tokens a plain-loop step trains
+on). The model is in eval mode
 (no dropout). With `criterion: model` the model's forward computes the loss: in a liger arm Liger's fused
 linear cross entropy (no logits materialized), which Liger's forward uses only in training mode unless it
 is asked to (`skip_logits=True`): it is asked, so the liger arm measures the loss path it trains with.
@@ -24,6 +25,7 @@ from finetune_bench.running.backends.data import collate, require_one_batch, tok
 from finetune_bench.running.backends.plain_loop import (
     LossFunction,
     load_for_criterion,
+    loss_details,
     loss_function,
     training_batches,
 )
@@ -54,7 +56,7 @@ def train(
     work_dir: Path,
 ) -> dict:
     loaded, path = load_for_criterion(args, model_dir, device, dtype)
-    compute_loss = forward_loss(args.criterion, path)
+    compute_loss = forward_loss(path.criterion, path)
     model, tokenizer = loaded.model, loaded.tokenizer
     recorder.attach_model(model, training=False)
     model.config.use_cache = False  # one forward per batch: a KV cache would only cost memory
@@ -92,7 +94,7 @@ def train(
         args, recorder, lambda: forward_step(record=False), device, work_dir
     )  # a failure: a detail
 
-    details = {**run_details(loaded, path), **profiled}
+    details = {**run_details(loaded, path), **loss_details(path, device), **profiled}
     details["trainable_parameters"] = 0  # the weights require grad, but nothing here trains them
     # no optimizer: a changed weight would mean something trained (or a fault wrote into it)
     details["weights_unchanged"] = parameter_checksum(model) == checksum_before

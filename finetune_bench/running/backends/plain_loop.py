@@ -5,7 +5,12 @@ It shows what the Trainer's own machinery costs. With `criterion: model` the mod
 computes the loss from the labels: Liger's fused linear cross entropy (no logits materialized) in a
 liger arm, transformers' cross entropy on the logits in the baseline. The other criteria are
 computed here, whatever the arm: torch's cross entropy or Liger's on the logits, or Liger's fused
-linear cross entropy on the last hidden states and the LM head's weight.
+linear cross entropy or Apple's Cut Cross-Entropy (`cce`, also the arm component of that name) on the last
+hidden states and the LM head's weight.
+
+Cut Cross-Entropy runs its Triton kernels (`impl="cce"`) on a CUDA device; elsewhere its `torch_compile`
+implementation (the logits materialized by a compiled graph: right losses, none of CCE's memory savings). The run
+records which ran in `cce_implementation`.
 
 Data are the same prompt/completion examples as the Trainer backends, tokenized the same way
 (prompt + completion + EOS, truncated to max_seq_length, loss on completion tokens only), padded
@@ -22,7 +27,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from finetune_bench.inputs.loss_paths import LossPath
+from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.loss_paths import CCE_CRITERION, CUT_CROSS_ENTROPY, LIGER_FUSED, LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
@@ -113,6 +119,22 @@ def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
+def backbone(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder without its LM head (`model.model` for Llama): what returns the last hidden states."""
+    return getattr(model, model.base_model_prefix)
+
+
+def last_hidden_states(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The decoder's output for the batch (batch, sequence, hidden), before the LM head: no logits computed."""
+    return backbone(model)(**model_inputs(batch)).last_hidden_state
+
+
+def cce_implementation(device: torch.device) -> str:
+    """The implementation of `cut_cross_entropy.linear_cross_entropy` that runs on `device`: its Triton kernels on
+    a CUDA GPU, its `torch_compile` one elsewhere (the Triton kernels do not run under the Triton interpreter)."""
+    return "cce" if device.type == "cuda" else "torch_compile"
+
+
 def loss_function(criterion: str) -> LossFunction:
     """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
     if criterion == "model":
@@ -121,14 +143,38 @@ def loss_function(criterion: str) -> LossFunction:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
         def fused(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            backbone = getattr(model, model.base_model_prefix)
-            hidden = backbone(**model_inputs(batch)).last_hidden_state
+            hidden = last_hidden_states(model, batch)
             hidden = hidden.reshape(-1, hidden.shape[-1])
             lm_head = model.get_output_embeddings()
             loss = LigerFusedLinearCrossEntropyLoss(softcap=getattr(model.config, "final_logit_softcapping", None))
             return loss(lm_head.weight, hidden, next_token_labels(batch["labels"]), lm_head.bias)
 
         return fused
+    if criterion == CCE_CRITERION:
+        from cut_cross_entropy import linear_cross_entropy
+
+        def cut_cross_entropy(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            hidden = last_hidden_states(model, batch)
+            lm_head = model.get_output_embeddings()
+            if lm_head.bias is not None:
+                raise ValueError(
+                    f"criterion {CCE_CRITERION!r}: Cut Cross-Entropy takes no LM-head bias, and this model's LM head "
+                    "has one; its loss would be wrong"
+                )
+            # shift=True: position i predicts the label at i + 1, as transformers (and `next_token_labels`) shift;
+            # the mean is over the labelled tokens, IGNORE_INDEX skipped.
+            return linear_cross_entropy(
+                hidden,
+                lm_head.weight,
+                batch["labels"],
+                ignore_index=IGNORE_INDEX,
+                softcap=getattr(model.config, "final_logit_softcapping", None),
+                reduction="mean",
+                shift=True,
+                impl=cce_implementation(hidden.device),
+            )
+
+        return cut_cross_entropy
     if criterion == "liger_cross_entropy":
         from liger_kernel.transformers import LigerCrossEntropyLoss
 
@@ -152,13 +198,25 @@ def loss_function(criterion: str) -> LossFunction:
 def load_for_criterion(
     args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype
 ) -> tuple[LoadedModel, LossPath]:
-    """The model, and the loss path its criterion gives: with `model` the model's forward computes the loss;
-    with any other criterion the criterion is the loss, so a liger arm must not swap in a second one."""
-    if args.criterion == "model":
+    """The model, and the loss path it takes (its `criterion` is what `loss_function` computes): with `model` the
+    model's forward computes the loss; with any other criterion, or the arm's `cce` component, that is the loss, so
+    a liger arm must not swap in a second one. A compiled arm whose loss starts from the last hidden states calls
+    the decoder directly, not the compiled model: the decoder is compiled too."""
+    arm = parse_arm(args.arm)
+    criterion = arm.loss_criterion(args.criterion)
+    if criterion == "model":
         loaded = load_model(args, model_dir, device, dtype)
     else:
         loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-    return loaded, loss_path(loaded.model, args.criterion)
+    path = loss_path(loaded.model, criterion)
+    if arm.compile and criterion != "model" and path.kernel in (LIGER_FUSED, CUT_CROSS_ENTROPY):
+        backbone(loaded.model).compile()
+    return loaded, path
+
+
+def loss_details(path: LossPath, device: torch.device) -> dict[str, str]:
+    """What a run records about its loss beyond the path's name: which implementation of Cut Cross-Entropy ran."""
+    return {"cce_implementation": cce_implementation(device)} if path.kernel == CUT_CROSS_ENTROPY else {}
 
 
 def train(
@@ -180,7 +238,7 @@ def train(
     model.config.use_cache = False
     model.train()
     # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
-    trained = TrainingModule(model, loss_function(args.criterion))
+    trained = TrainingModule(model, loss_function(path.criterion))
     if args.world_size > 1:
         trained = share_model(trained, args, device)
 
@@ -236,4 +294,4 @@ def train(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir
     )  # a failure: a detail
 
-    return {**run_details(loaded, path), **profiled}
+    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
