@@ -30,6 +30,7 @@ from finetune_bench.results.store import (
     identity_key,
     run_identity,
 )
+from finetune_bench.running.allocator import set_allocator
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.faults import RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
@@ -84,9 +85,18 @@ def isolated_env() -> dict[str, str]:
 
 def child_env(run: PlannedRun, rank: int | None = None) -> dict[str, str]:
     """The training child's environment (`isolated_env`: a rank's keeps the launch's RANK, WORLD_SIZE, MASTER_ADDR,
-    ...), with the Triton interpreter on a CPU and which run (and rank) it is, for the test-only faults."""
+    ...), with the CUDA allocator the run's settings name (`running.allocator`), the Triton interpreter on a CPU and
+    which run (and rank) it is, for the test-only faults."""
     env = isolated_env()
     env[RUN_ENV] = f"{run.condition_id}#{run.run_number}" + (f"@rank{rank}" if rank is not None else "")
+    replaced = set_allocator(env, run.training_args.allocator)
+    if replaced:
+        logger.warning(
+            "%s: the environment's allocator option %s is replaced by the run's allocator %r",
+            env[RUN_ENV],
+            replaced,
+            run.training_args.allocator,
+        )
     if _needs_triton_interpreter(run):
         env.update(INTERPRETER_ENV)
     return env

@@ -1,20 +1,22 @@
-"""Pieces every backend shares: device and dtype resolution, model and tokenizer loading."""
+"""Pieces every backend shares: device and dtype resolution, the attention kernel, model and tokenizer loading."""
 
-from collections.abc import Callable
+import contextlib
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from finetune_bench.inputs.arms import Arm, parse_arm
-from finetune_bench.inputs.catalog import BACKENDS, BITSANDBYTES_OPTIMIZERS
+from finetune_bench.inputs.catalog import ATTENTIONS, BACKENDS, BITSANDBYTES_OPTIMIZERS
 from finetune_bench.inputs.loss_paths import LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.liger_patching import apply_liger, keep_liger_out_of_compiled_graphs, unwrap_peft
 from finetune_bench.running.switchback import apply_switchback
-from finetune_bench.sources.models import is_random_init
+from finetune_bench.sources.models import is_random_init, load_model_config
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -31,6 +33,77 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
     if requested == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return DTYPES[requested]
+
+
+class AttentionNotRunnable(RuntimeError):
+    """The attention kernel a run is pinned to (`TrainingArgs.attention`) cannot run on this device, in this dtype
+    or for these inputs."""
+
+
+# What PyTorch raises when no enabled SDPA backend takes a call (CUDA: "No available kernel. Aborting execution.";
+# CPU: "No viable backend for scaled_dot_product_attention was found."); its warnings before it say why.
+_NO_SDPA_KERNEL = re.compile(r"No available kernel|No viable backend for scaled_dot_product_attention")
+
+
+def check_attention_runs_here(attention_name: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Raise AttentionNotRunnable when the pinned kernel cannot run on `device` in `dtype`, before anything is
+    loaded: planning refuses what the settings alone rule out, but `device: auto` and the GPU's compute capability
+    are known only here, on the machine that trains."""
+    attention = ATTENTIONS[attention_name]
+    kernel = f"attention {attention.name!r} (PyTorch's {attention.sdpa_backend} kernel)"
+    if attention.cuda_only and device.type != "cuda":
+        raise AttentionNotRunnable(f"{kernel} runs on CUDA GPUs only, and this run's device is {device}")
+    if device.type != "cuda":
+        return
+    dtype_name = str(dtype).removeprefix("torch.")
+    if attention.cuda_dtypes and dtype_name not in attention.cuda_dtypes:
+        raise AttentionNotRunnable(
+            f"{kernel} takes {list(attention.cuda_dtypes)} on a GPU, and this run's dtype is {dtype_name}"
+        )
+    capability = torch.cuda.get_device_capability(device)
+    if capability < attention.min_compute_capability:
+        needed = ".".join(map(str, attention.min_compute_capability))
+        raise AttentionNotRunnable(
+            f"{kernel} needs a GPU of compute capability {needed} or newer; {torch.cuda.get_device_name(device)} "
+            f"has {capability[0]}.{capability[1]}"
+        )
+
+
+@contextlib.contextmanager
+def pinned_attention(attention_name: str, device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Run the block with scaled_dot_product_attention pinned to the attention's one kernel (nothing changes for
+    `sdpa` and `eager`). The pin is PyTorch's global SDPA switch, so every call in this thread honours it: the
+    forward passes and the backward passes autograd runs from them (its kernels are the forward's own), in the
+    Trainers' steps, the evaluations and the profiled steps alike. A call no enabled kernel takes raises
+    AttentionNotRunnable naming the attention, never falls back to another kernel."""
+    attention = ATTENTIONS[attention_name]
+    if not attention.sdpa_backend:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    check_attention_runs_here(attention_name, device, dtype)
+    try:
+        with sdpa_kernel(getattr(SDPBackend, attention.sdpa_backend)):
+            yield
+    except RuntimeError as exc:
+        if isinstance(exc, torch.OutOfMemoryError) or not _NO_SDPA_KERNEL.search(str(exc)):
+            raise
+        raise AttentionNotRunnable(
+            f"attention {attention.name!r}: PyTorch's {attention.sdpa_backend} kernel cannot run a call of this "
+            f"run on {device} in {str(dtype).removeprefix('torch.')} (PyTorch's warnings in the run's log say why: "
+            f"e.g. an attention mask, which padded batches need, or a head size it does not take): {exc}"
+        ) from exc
+
+
+def attention_details(attention_name: str) -> dict[str, str]:
+    """What a run records of its attention: the setting and the SDPA kernel it ran on."""
+    attention = ATTENTIONS[attention_name]
+    if attention.attn_implementation != "sdpa":
+        kernel = f"none ({attention.attn_implementation} attention)"
+    else:
+        kernel = attention.sdpa_backend or "chosen by PyTorch per call"
+    return {"attention": attention.name, "sdpa_kernel": kernel}
 
 
 @dataclass
@@ -55,7 +128,7 @@ def load_model(
     args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype, **liger_flags: bool
 ) -> LoadedModel:
     """Load (or randomly initialise, seeded) the model on `device`, and apply Liger if the arm asks."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_optimizer_device(args, device)  # every backend loads through here: fail before the load
 
@@ -64,13 +137,22 @@ def load_model(
         tokenizer.pad_token = tokenizer.eos_token
     random_init = is_random_init(model_dir)
     torch.manual_seed(args.seed)
+    attn_implementation = ATTENTIONS[args.attention].attn_implementation
+    config = load_model_config(model_dir, args.model_config_overrides)  # the run's model_config_overrides applied
     if random_init:
-        config = AutoConfig.from_pretrained(model_dir)
         # Built directly on the device: initialising billions of parameters on a CPU takes minutes.
         with device:
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map={"": device})
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, config=config, dtype=dtype, device_map={"": device}, attn_implementation=attn_implementation
+        )
+    loaded_implementation = getattr(model.config, "_attn_implementation", None)
+    if loaded_implementation != attn_implementation:  # a pinned SDPA kernel would never be called
+        raise AttentionNotRunnable(
+            f"attention {args.attention!r} asks transformers for {attn_implementation!r} attention, and the model "
+            f"loaded with {loaded_implementation!r}"
+        )
     loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
     apply_arm(loaded, parse_arm(args.arm), **liger_flags)
     return loaded
