@@ -16,7 +16,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
-from finetune_bench.inputs.plan import PlannedRun, RunSettings
+from finetune_bench.inputs.plan import PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
@@ -115,15 +115,24 @@ class AnalysisOutputs(NamedTuple):
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def analyze_results(
-    planned: list[PlannedRun], outputs: list[TrainOutput | None], execution: RunSettings
+    planned: list[PlannedRun],
+    outputs: list[TrainOutput | None],
+    execution: RunSettings,
+    prediction: PredictionTarget,
 ) -> AnalysisOutputs:
     """Results table (one row per run), per-step table, the HTML report (the Deck shows it), a directory with
     them as files (report.html, results / comparison / steps / loss_parity / held_out_parity as .parquet and .csv,
     environment.json), and the problems that left a measured run unstored, unlogged or unexported. Each arm's test
-    is at `execution.alpha`; on a cluster, the report also says what the execution does not keep (`results_store`
-    empty, no W&B)."""
+    is at `execution.alpha`; with `prediction.gpu_hour_price`, each run's cost per million tokens is computed; on a
+    cluster, the report also says what the execution does not keep (`results_store` empty, no W&B)."""
     profile_dirs = profiles(outputs)
-    analysis = analyze_grid(planned, *unpack(outputs), profile_dirs=profile_dirs, alpha=execution.alpha)
+    analysis = analyze_grid(
+        planned,
+        *unpack(outputs),
+        profile_dirs=profile_dirs,
+        alpha=execution.alpha,
+        gpu_hour_price=prediction.gpu_hour_price,
+    )
     report = grid_report(analysis, notes=cluster_notes(execution.results_store))
     tables = {
         "results": analysis.table,

@@ -80,7 +80,7 @@ def measure_grid(
         planned=planned, execution=plan.execution, dataset_dir=dataset_dir, model_dir=model_dir, sources=sources
     )
     results, steps, report, files, problems = analyze_results(
-        planned=planned, outputs=outputs, execution=plan.execution
+        planned=planned, outputs=outputs, execution=plan.execution, prediction=plan.prediction
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)

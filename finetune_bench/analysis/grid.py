@@ -24,6 +24,7 @@ from finetune_bench.analysis.tables import (
     ranks_table,
     results_table,
     steps_table,
+    with_cost,
 )
 from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.inputs.plan import PlannedRun
@@ -38,7 +39,8 @@ class GridAnalysis:
     against the baseline (medians, and the paired statistics the Summary states), what fits, what to run, the
     loss and held-out parity, and the memory model's error."""
 
-    # One row per run; the swept axes; the environment of the first run that ended ok.
+    # One row per run (with its cost per million tokens at `gpu_hour_price`); the swept axes; the environment of the
+    # first run that ended ok.
     table: pd.DataFrame
     swept: list[str]
     environment: dict[str, str] = field(default_factory=dict)
@@ -76,6 +78,8 @@ class GridAnalysis:
     verdicts: list[str] = field(default_factory=list)
     parity_verdict: str = ""
     held_out_verdict: str = ""
+    # The price of one GPU-hour the costs are at (0: no price, no cost).
+    gpu_hour_price: float = 0.0
 
 
 def analyze_table(
@@ -88,10 +92,13 @@ def analyze_table(
     problems: list[str] | None = None,
     profile: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
+    gpu_hour_price: float = 0.0,
 ) -> GridAnalysis:
     """Everything that follows from a results table (one row per run) and what was measured beside it: the
-    steps (None: unknown), the loss parity (none: no verdict), the profile and the ranks."""
+    steps (None: unknown), the loss parity (none: no verdict), the profile and the ranks; each run's cost per
+    million tokens at `gpu_hour_price` (0: none)."""
     environment = dict(environment or {})
+    table = with_cost(table, gpu_hour_price)
     parity = parity if parity is not None else pd.DataFrame()
     summary = condition_summary(table, swept)
     comparison = arms_vs_baseline(summary, swept)
@@ -120,6 +127,7 @@ def analyze_table(
         verdicts=verdicts(comparison, fitting, parity, table) if not comparison.empty else [],
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
         held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
+        gpu_hour_price=gpu_hour_price,
     )
 
 
@@ -129,10 +137,12 @@ def analyze_grid(
     steps_files: dict[tuple[str, int], str],
     profile_dirs: dict[tuple[str, int], str] | None = None,
     alpha: float = 0.05,
+    gpu_hour_price: float = 0.0,
 ) -> GridAnalysis:
     """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost),
     `steps_files` the local per-step file of each (condition_id, run_number) that has one, `profile_dirs`
-    the local profile directory of each profiled run, and `alpha` the significance level of each arm's test."""
+    the local profile directory of each profiled run, `alpha` the significance level of each arm's test and
+    `gpu_hour_price` the price of one GPU-hour (0: no cost is computed)."""
     swept = planned[0].swept_axes if planned else []
     steps = steps_table(results, steps_files)
     parity = loss_parity(steps, swept)
@@ -150,4 +160,5 @@ def analyze_grid(
         problems=[f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems],
         profile=profile_table(results, profile_dirs or {}),
         ranks=ranks_table(results),
+        gpu_hour_price=gpu_hour_price,
     )

@@ -27,20 +27,27 @@ from finetune_bench.results.record import OK
 # Below this many pairs a bootstrap interval says nothing: it is not computed.
 MIN_PAIRS_FOR_CI = 3
 CONFIDENCE_LEVEL = 0.95
-METRICS = {"tokens_per_second": "throughput", "peak_reserved_gib": "peak_reserved"}
+# The results columns compared, each with the name of its figures (energy per token: where the GPU counted it).
+METRICS = {
+    "tokens_per_second": "throughput",
+    "peak_reserved_gib": "peak_reserved",
+    "energy_per_token_j": "energy_per_token",
+}
 # A fixed seed, so a report is reproducible (scipy ≥ 1.15 calls it `rng`, older releases `random_state`).
 _SEED = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state": 0}
 
 
 def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05) -> pd.DataFrame:
-    """One row per arm (but the baseline) and point of the other swept axes: `pairs`, and per metric
-    (throughput, peak_reserved) the median ratio, `_ci_low` / `_ci_high`, `_p_value`, `_significant`
-    and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what cannot be said."""
+    """One row per arm (but the baseline) and point of the other swept axes: `pairs`, and per metric of `METRICS`
+    that the table has (throughput, peak_reserved, energy_per_token) the median ratio, `_ci_low` / `_ci_high`,
+    `_p_value`, `_significant` and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what
+    cannot be said."""
     if "arm" not in swept:
         return pd.DataFrame()
     others = [axis for axis in swept if axis != "arm"]
     ok = table[table["status"] == OK]
-    columns = [*others, "run_number", *METRICS]
+    compared = {column: name for column, name in METRICS.items() if column in table}
+    columns = [*others, "run_number", *compared]
     is_baseline = ok["arm"] == BASELINE
     pairs = ok.loc[~is_baseline, ["arm", *columns]].merge(
         ok.loc[is_baseline, columns], on=[*others, "run_number"], suffixes=("_arm", "_baseline")
@@ -49,7 +56,7 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     for key, group in pairs.groupby(["arm", *others], dropna=False, sort=False):
         row = dict(zip(["arm", *others], key, strict=True))
         row["pairs"] = len(group)
-        for metric, name in METRICS.items():
+        for metric, name in compared.items():
             row.update(_compare(group[f"{metric}_arm"], group[f"{metric}_baseline"], name, alpha))
         rows.append(row)
     # Arms with no pair at all still get a row, saying so.
@@ -59,7 +66,7 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out = _with_noise_floor(out, others)
+    out = _with_noise_floor(out, others, list(compared.values()))
     out["note"] = [_note(row, alpha) for row in out.to_dict("records")]
     return out
 
@@ -91,14 +98,14 @@ def _compare(arm: pd.Series, baseline: pd.Series, name: str, alpha: float) -> di
     return out
 
 
-def _with_noise_floor(out: pd.DataFrame, others: list[str]) -> pd.DataFrame:
+def _with_noise_floor(out: pd.DataFrame, others: list[str], names: list[str]) -> pd.DataFrame:
     """Add `<metric>_noise_floor` (a fraction: 0.02 means ±2 %) from the A/A rows, to every row of the
     same point of the other axes; drop the helper columns."""
-    helpers = [f"_{name}_max_departure" for name in METRICS.values()]
+    helpers = [f"_{name}_max_departure" for name in names]
     aa = out[out["arm"] == BASELINE_REPEAT]
     if not aa.empty:
         floors = pd.DataFrame({k: aa[k] for k in others}) if others else pd.DataFrame(index=aa.index)
-        for name in METRICS.values():
+        for name in names:
             interval_departure = np.fmax((aa[f"{name}_ci_low"] - 1).abs(), (aa[f"{name}_ci_high"] - 1).abs())
             floors[f"{name}_noise_floor"] = interval_departure.fillna(aa[f"_{name}_max_departure"])
         out = out.merge(floors, on=others, how="left") if others else out.assign(**floors.iloc[0].to_dict())

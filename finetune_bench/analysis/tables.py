@@ -8,7 +8,7 @@ import pandas as pd
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
-from finetune_bench.measuring.metrics import GIB, METRICS
+from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE, GIB, METRICS
 from finetune_bench.measuring.profiling import PROFILE_FILE
 from finetune_bench.results.record import LOST, OK, RunResult
 
@@ -16,6 +16,21 @@ from finetune_bench.results.record import LOST, OK, RunResult
 TABLE_METRICS = [metric for metric in METRICS.values() if metric.column is not None]
 METRIC_COLUMNS = [metric.column for metric in TABLE_METRICS]
 METRIC_BY_COLUMN = {metric.column: metric for metric in TABLE_METRICS}
+# The cost column the analysis adds to the results table (`with_cost`), in the price's currency.
+COST_COLUMN = "cost_per_million_tokens"
+# The headline figures of each condition (`condition_summary`: their medians over ok runs).
+SUMMARY_COLUMNS = (
+    "tokens_per_second",
+    "energy_per_token_j",
+    COST_COLUMN,
+    "step_time_median_s",
+    "achieved_tflops",
+    "mfu",
+    "peak_allocated_gib",
+    "peak_reserved_gib",
+    "final_loss",
+    "final_eval_loss",
+)
 
 
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
@@ -53,6 +68,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             profile_error=result.details.get("profile_error", ""),
             # the held-out evaluations stopped early (out of memory); the run's training is measured
             eval_error=result.details.get("eval_error", ""),
+            # why the run has no energy figures (a CPU, a GPU without NVML's energy counter, an NVML error)
+            energy_unavailable=result.details.get(ENERGY_UNAVAILABLE, ""),
             error_tail=result.error_tail,
         )
         rows.append(row)
@@ -61,6 +78,26 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         if column not in table:
             table[column] = float("nan")
     return table
+
+
+def cost_per_million_tokens(tokens_per_second: float, gpus: float, gpu_hour_price: float) -> float:
+    """What a million non-padding tokens cost at `tokens_per_second` over `gpus` GPUs, each at `gpu_hour_price` per
+    hour: the price times the GPUs times the hours a million tokens take."""
+    return gpu_hour_price * gpus * (1e6 / tokens_per_second) / 3600
+
+
+def with_cost(table: pd.DataFrame, gpu_hour_price: float) -> pd.DataFrame:
+    """`table` (one row per run) with `COST_COLUMN`: the cost of a million tokens at each run's measured throughput
+    on its GPUs (the timed steps only: no warm-up, no evaluation, no start-up); NaN for every run when there is
+    no price (0), and for a run without a throughput."""
+    out = table.copy()
+    if gpu_hour_price > 0 and not out.empty:
+        gpus = out["world_size"] if "world_size" in out else 1
+        throughput = out["tokens_per_second"].where(out["tokens_per_second"] > 0)
+        out[COST_COLUMN] = cost_per_million_tokens(throughput, gpus, gpu_hour_price)
+    else:
+        out[COST_COLUMN] = float("nan")
+    return out
 
 
 RANK_COLUMNS = [
@@ -147,18 +184,7 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     run-to-run spread of throughput ((max − min) / median over ok runs; 0 with a single run)."""
     keys = swept or ["condition_id"]
     ok = table[table["status"] == OK]
-    medians = ok.groupby(keys, dropna=False)[
-        [
-            "tokens_per_second",
-            "step_time_median_s",
-            "achieved_tflops",
-            "mfu",
-            "peak_allocated_gib",
-            "peak_reserved_gib",
-            "final_loss",
-            "final_eval_loss",
-        ]
-    ].median()
+    medians = ok.groupby(keys, dropna=False)[[column for column in SUMMARY_COLUMNS if column in table]].median()
     counts = table.groupby(keys, dropna=False).agg(
         runs=("run_number", "size"),
         ok_runs=("status", lambda s: int((s == OK).sum())),
@@ -170,15 +196,19 @@ def condition_summary(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
 
 
 def arms_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
-    """For each arm but the baseline, at each point of the other axes: its median throughput and peak
-    memory over the baseline's."""
+    """For each arm but the baseline, at each point of the other axes: its median throughput, peak memory and
+    energy per token over the baseline's, and both costs per million tokens (NaN where unknown)."""
     if "arm" not in swept:
         return pd.DataFrame()
     others = [axis for axis in swept if axis != "arm"]
     keys = others or ["_all"]
     keyed = summary.assign(_all="all")
-    base = keyed[keyed["arm"] == BASELINE][[*keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
-    treated = keyed[keyed["arm"] != BASELINE][["arm", *keys, "statuses", "tokens_per_second", "peak_reserved_gib"]]
+    for column in ("energy_per_token_j", COST_COLUMN):  # a summary of a table without them: unknown
+        if column not in keyed:
+            keyed[column] = float("nan")
+    figures = ["statuses", "tokens_per_second", "peak_reserved_gib", "energy_per_token_j", COST_COLUMN]
+    base = keyed[keyed["arm"] == BASELINE][[*keys, *figures]]
+    treated = keyed[keyed["arm"] != BASELINE][["arm", *keys, *figures]]
     out = treated.merge(base, on=keys, suffixes=("", "_baseline"))
     out = pd.DataFrame(
         {
@@ -192,6 +222,11 @@ def arms_vs_baseline(summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
             "arm_peak_reserved_gib": out["peak_reserved_gib"],
             "baseline_peak_reserved_gib": out["peak_reserved_gib_baseline"],
             "peak_reserved_ratio": out["peak_reserved_gib"] / out["peak_reserved_gib_baseline"],
+            "arm_energy_per_token_j": out["energy_per_token_j"],
+            "baseline_energy_per_token_j": out["energy_per_token_j_baseline"],
+            "energy_per_token_ratio": out["energy_per_token_j"] / out["energy_per_token_j_baseline"],
+            f"arm_{COST_COLUMN}": out[COST_COLUMN],
+            f"baseline_{COST_COLUMN}": out[f"{COST_COLUMN}_baseline"],
         }
     )
     return out.drop(columns="_all") if not others else out

@@ -1,8 +1,9 @@
 """The GPU as its driver sees it, through NVML (no CUDA context is created): the GPUs present, the driver
-version, and the memory a process really holds (sampled while it trains)."""
+version, the memory a process really holds (sampled while it trains) and the energy the GPU has used."""
 
 import os
 import threading
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the sampler takes a torch device; listing GPUs needs no torch
@@ -45,6 +46,46 @@ def driver_version() -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def _device_handle(nvml: ModuleType, device: "torch.device") -> object:
+    """NVML's handle of the GPU that torch calls `device` (matched by UUID: NVML's indices ignore
+    CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    uuid = torch.cuda.get_device_properties(device).uuid
+    return nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+
+
+class EnergyCounter:
+    """The GPU's total energy since its driver loaded, from NVML's counter (`nvmlDeviceGetTotalEnergyConsumption`,
+    millijoules; Volta and later). Reading it is cheap (no device synchronization): the step recorder reads it at
+    every step boundary. Constructing it reads it once, so a GPU or driver without the counter raises there."""
+
+    def __init__(self, nvml: ModuleType, handle: object):
+        """`nvml`: pynvml, initialized; `handle`: the GPU's NVML handle."""
+        self._nvml = nvml
+        self._handle = handle
+        self.read_j()
+
+    @classmethod
+    def for_device(cls, device: "torch.device") -> "EnergyCounter":
+        nvml = _nvml()
+        return cls(nvml, _device_handle(nvml, device))
+
+    def read_j(self) -> float:
+        """The counter now, in joules (raises NVML's error when the driver cannot say)."""
+        return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
+
+
+def open_energy_counter(device: "torch.device") -> tuple[EnergyCounter | None, str]:
+    """The energy counter of `device`, or None and why there is none (a CPU, no NVML, a GPU without the counter)."""
+    if device.type != "cuda":
+        return None, f"no GPU energy counter: the run trained on {device.type}"
+    try:
+        return EnergyCounter.for_device(device), ""
+    except Exception as exc:  # no driver, no NVML, or a GPU older than Volta: the reason goes in the run's record
+        return None, f"NVML's energy counter is unavailable: {type(exc).__name__}: {exc}"
+
+
 class NvmlPeakSampler:
     """The GPU memory the driver sees, sampled in a background thread (what torch's allocator
     does not count: the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, fragmentation).
@@ -55,11 +96,8 @@ class NvmlPeakSampler:
     """
 
     def __init__(self, device: "torch.device", interval_s: float = 0.05):
-        import torch
-
         self._nvml = _nvml()
-        uuid = torch.cuda.get_device_properties(device).uuid
-        self._handle = self._nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        self._handle = _device_handle(self._nvml, device)
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._paused = threading.Event()

@@ -5,7 +5,9 @@ micro-batch it feeds the model, and `end_step` after every optimizer step; `reco
 loss is known; `record_eval` after a held-out evaluation, run inside `outside_steps` so that its time and
 memory are kept out of the steps'. Step times are taken with the device synchronized at step boundaries, so a step's
 time is the wall time from the end of the previous step to the end of this one (data loading,
-forward, backward, optimizer and logging included).
+forward, backward, optimizer and logging included). A step's GPU energy is NVML's energy counter read at the same
+boundaries (`measuring.gpu.EnergyCounter`); where the counter is unknown the recorder says why
+(`energy_unavailable`) and no energy figure is made.
 """
 
 import csv
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from finetune_bench.measuring.gpu import NvmlPeakSampler
+from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
 from finetune_bench.measuring.metrics import MEASURED_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
 
@@ -49,6 +51,8 @@ class StepRecord:
     gc_time_s: float = 0.0
     cuda_mallocs: int | None = None
     cuda_malloc_retries: int | None = None
+    # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
+    energy_j: float | None = None
     is_warmup: bool
 
 
@@ -113,6 +117,11 @@ class StepRecorder:
     _recovering: bool = False
     # The process's peak host memory when training ended (before anything after it, a profile, could add to it).
     _peak_rss_bytes: float | None = None
+    # The GPU's energy counter and its reading at the last step boundary; why the run has no energy figure ("" when
+    # it has one).
+    _energy: EnergyCounter | None = None
+    _energy_at_last_end: float | None = None
+    energy_unavailable: str = ""
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
@@ -153,9 +162,36 @@ class StepRecorder:
                 logger.warning("NVML unavailable, no driver-side memory figure: %s", exc)
                 self._nvml = None
             self._allocator_at_last_end = self._allocator_counts()
+        self._energy, self.energy_unavailable = open_energy_counter(self.device)
         self._gc.install()
         self._gc_at_last_end = self._gc.total_s
+        self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter()
+
+    def _read_energy(self) -> float | None:
+        """The energy counter now (joules); None without one. A failed read ends the counting, saying why."""
+        if self._energy is None:
+            return None
+        try:
+            return self._energy.read_j()
+        except Exception as exc:  # an NVML error mid-run: no energy figure for the run, and the record says why
+            self.energy_unavailable = f"NVML's energy counter failed at step {len(self.steps) + 1}: {exc!r}"
+            logger.warning("%s", self.energy_unavailable)
+            self._energy = None
+            return None
+
+    def _step_energy(self) -> float | None:
+        """The energy since the last step boundary (joules), the counter's reading kept as the next boundary's."""
+        reading = self._read_energy()
+        last, self._energy_at_last_end = self._energy_at_last_end, reading
+        if reading is None or last is None:
+            return None
+        if reading < last:  # the driver reloaded (its counter restarts): this run's energy is not known
+            self.energy_unavailable = f"NVML's energy counter went back at step {len(self.steps) + 1}"
+            logger.warning("%s", self.energy_unavailable)
+            self._energy = self._energy_at_last_end = None
+            return None
+        return reading - last
 
     def add_batch(self, attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> None:
         """Count one micro-batch's tokens: non-padding (attention mask) and padded (tensor size)."""
@@ -182,6 +218,7 @@ class StepRecorder:
             self._allocator_at_last_end = counts
         gc_time = self._gc.total_s - self._gc_at_last_end
         self._gc_at_last_end = self._gc.total_s
+        energy = self._step_energy()
         index = len(self.steps)
         self.steps.append(
             StepRecord(
@@ -196,6 +233,7 @@ class StepRecorder:
                 gc_time_s=gc_time,
                 cuda_mallocs=mallocs,
                 cuda_malloc_retries=retries,
+                energy_j=energy,
             )
         )
         self._tokens = self._padded = 0
@@ -203,7 +241,8 @@ class StepRecorder:
         self._recovering = False
         if self.steps_file is not None:
             self.write_steps(self.steps_file)
-        # The next step's clock starts after the bookkeeping: writing the table is not training time.
+            # The next step's energy and clock start after the bookkeeping: writing the table is not training.
+            self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter() if self.steps_file is not None else now
 
     @contextmanager
@@ -229,6 +268,7 @@ class StepRecorder:
             if self._nvml is not None:
                 self._nvml.resume()
             self._gc_at_last_end = self._gc.total_s
+            self._energy_at_last_end = self._read_energy()
             self._last_end = time.perf_counter()
 
     def record_eval(self, step: int, loss: float, tokens: int, seconds: float) -> None:
@@ -290,6 +330,8 @@ class StepRecorder:
                 "measured_tokens": float(sum(s.non_padding_tokens for s in measured)),
                 "measured_padded_tokens": float(sum(s.padded_tokens for s in measured)),
             }
+            if all(s.energy_j is not None for s in measured):  # else `energy_unavailable` says why
+                totals["measured_energy_j"] = sum(s.energy_j for s in measured)
             if self._flops_fixed is not None:
                 totals["measured_model_flops"] = sum(s.model_flops for s in measured)
                 out["model_flops_per_token"] = totals["measured_model_flops"] / totals["measured_tokens"]

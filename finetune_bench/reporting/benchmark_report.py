@@ -18,7 +18,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # n
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
-from finetune_bench.analysis.tables import METRIC_BY_COLUMN, profile_categories, ran_on_cpu  # noqa: E402
+from finetune_bench.analysis.tables import COST_COLUMN, METRIC_BY_COLUMN, profile_categories, ran_on_cpu  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
 from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT
@@ -85,12 +85,18 @@ def axis_label(column: str) -> str:
 
 
 def _bar_panel(
-    table: pd.DataFrame, metric: str, swept: list[str], title: str, capacity_gib: float | None = None
+    table: pd.DataFrame,
+    metric: str,
+    swept: list[str],
+    title: str,
+    capacity_gib: float | None = None,
+    ylabel: str | None = None,
 ) -> plt.Figure:
     """Median of `metric` (a results column) over ok runs per condition (bars, min–max over repeats as error
     bars), one panel per value of the axes other than the arm and x; failed conditions marked, never dropped; a
-    dashed line at the GPU's capacity when given."""
-    ylabel = axis_label(metric)
+    dashed line at the GPU's capacity when given. The y axis names the metric (`axis_label`) unless `ylabel`
+    does (a column the analysis adds)."""
+    ylabel = ylabel or axis_label(metric)
     x = _x_axis(swept)
     facets = [axis for axis in swept if axis not in ("arm", x)]
     data = _with_arm(table).copy()
@@ -261,8 +267,13 @@ def _how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """The paired statistics as a reader wants them: ratio [CI], p, significant, noise floor, note."""
     others = [axis for axis in swept if axis != "arm"]
     out = paired[["arm", *others, "pairs"]].copy()
-    for name, label in (("throughput", "throughput"), ("peak_reserved", "peak reserved memory")):
-        if f"{name}_ratio" not in paired:
+    compared = (
+        ("throughput", "throughput"),
+        ("peak_reserved", "peak reserved memory"),
+        ("energy_per_token", "energy per token"),
+    )
+    for name, label in compared:
+        if f"{name}_ratio" not in paired or paired[f"{name}_ratio"].isna().all():  # energy: not measured here
             continue
         out[f"{label} ×"] = [
             _ratio_text(r, lo, hi)
@@ -278,6 +289,47 @@ def _how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     out["throughput significant"] = paired.get("throughput_significant")
     out["note"] = paired.get("note", "")
     return out
+
+
+def _known(table: pd.DataFrame, column: str) -> bool:
+    """Whether any row of `table` has a value in `column`."""
+    return column in table and bool(table[column].notna().any())
+
+
+def _cost_label(a: GridAnalysis) -> str:
+    return f"cost per million tokens at {a.gpu_hour_price:g} per GPU-hour"
+
+
+def _energy_and_cost_html(a: GridAnalysis) -> str:
+    """Per condition, next to its throughput: the GPU energy per token and, with a price, the cost of a million
+    tokens; why the energy is unknown where it is."""
+    summary = a.summary
+    has_energy = _known(summary, "energy_per_token_j")
+    has_cost = a.gpu_hour_price > 0 and _known(summary, COST_COLUMN)
+    parts = ["<h3>Energy and cost</h3>"]
+    if has_energy:
+        parts.append(
+            "<p>GPU energy per non-padding token over the measured steps (NVML's energy counter, every GPU of the "
+            "run; warm-up and evaluations excluded), median over ok runs.</p>"
+        )
+    reasons = a.table.get("energy_unavailable", pd.Series(dtype=str)).fillna("").astype(str)
+    reasons = sorted(set(reasons[(reasons != "") & (a.table["status"] == OK)]))
+    if reasons:
+        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in reasons)
+        parts.append(f"<p>No energy figure for some runs (the value is left empty, not zero):</p><ul>{items}</ul>")
+    if has_cost:
+        parts.append(
+            f"<p>Cost of a million non-padding tokens at {a.gpu_hour_price:g} per GPU-hour: the price × the run's "
+            "GPUs × the time a million tokens take at its measured throughput. It counts the GPUs' time of the "
+            "timed steps only (no start-up, warm-up, evaluation or idle time).</p>"
+        )
+    if not (has_energy or has_cost or reasons):
+        return ""
+    columns = [column for column, shown in (("energy_per_token_j", has_energy), (COST_COLUMN, has_cost)) if shown]
+    if columns:
+        keys = [column for column in (a.swept or ["condition_id"]) if column in summary]
+        parts.append(table_html(summary[[*keys, "tokens_per_second", *columns]]))
+    return "".join(parts)
 
 
 def _prediction_html(a: GridAnalysis) -> str:
@@ -477,6 +529,7 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
             "a difference inside it is not distinguishable from run-to-run noise.</p>"
         )
         overview.append(table_html(_how_sure_table(a.paired, a.swept)))
+    overview.append(_energy_and_cost_html(a))
     if not a.fitting.empty:
         overview.append(
             "<h3>What fits</h3><p>The largest batch size with an ok run, and the smallest that ran out of memory, "
@@ -498,14 +551,23 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
 
 
 def _throughput_tab(a: GridAnalysis) -> str:
-    return (
+    """Throughput per condition; beside it the GPU energy per token where it was measured, and the cost per million
+    tokens where a price was given."""
+    parts = [
         "<p>Non-padding tokens per second over the measured steps (warm-up excluded). Bars: median over repeats; "
-        "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>"
-        + figure_html(
-            _bar_panel(a.table, "tokens_per_second", a.swept, "Throughput"),
-            "throughput by batch size",
-        )
-    )
+        "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>",
+        figure_html(_bar_panel(a.table, "tokens_per_second", a.swept, "Throughput"), "throughput by batch size"),
+    ]
+    if _known(a.table, "energy_per_token_j"):
+        figure = _bar_panel(a.table, "energy_per_token_j", a.swept, "Energy per token")
+        parts.append(figure_html(figure, "GPU energy per token by batch size"))
+    else:
+        parts.append("<p>Energy per token: not measured (no GPU, or no NVML energy counter; see the Summary).</p>")
+    if a.gpu_hour_price > 0 and _known(a.table, COST_COLUMN):
+        label = _cost_label(a)
+        figure = _bar_panel(a.table, COST_COLUMN, a.swept, "Cost per million tokens", ylabel=label)
+        parts.append(figure_html(figure, label))
+    return "\n".join(parts)
 
 
 def _memory_tab(a: GridAnalysis) -> str:
