@@ -127,11 +127,13 @@ def download_sources(training_args: Promise, after: Promise) -> tuple[Promise, P
 def check_training_data(
     planned: list[PlannedRun], dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> list[PlannedRun]:
-    """The planned runs, those whose downloaded data cannot fill one batch at their max_seq_length refused (they
-    end as error results saying why, without being launched on a GPU)."""
-    from finetune_bench.running.preflight import refuse_unfillable  # torch: only where the check runs
+    """The planned runs, those whose downloaded data cannot fill one batch at their max_seq_length, or whose
+    model_config_overrides the downloaded model's config refuses, refused (they end as error results saying why,
+    without being launched on a GPU)."""
+    from finetune_bench.running.preflight import refuse_invalid_overrides, refuse_unfillable  # torch: only here
 
-    checked = refuse_unfillable(planned, Path(dataset_dir.download()), Path(model_dir.download()))
+    model_path = Path(model_dir.download())
+    checked = refuse_unfillable(refuse_invalid_overrides(planned, model_path), Path(dataset_dir.download()), model_path)
     for before, run in zip(planned, checked, strict=True):
         if run.refused != before.refused:
             logger.warning("%s run %d: %s", run.condition_id, run.run_number, run.refused)

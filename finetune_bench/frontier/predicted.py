@@ -36,7 +36,11 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
         else:
             row["verdict"] = "found"
         args = dataclasses.replace(search.training_args, **{search.dimension: frontier})
-        peak = predict_memory(args, model_shape(model_config(args.model_name)), sequences_full(args))
+        peak = predict_memory(
+            args,
+            model_shape(model_config(args.model_name, overrides=args.model_config_overrides)),
+            sequences_full(args),
+        )
         row.update(predicted_frontier=frontier, predicted_peak_reserved_gib=peak.peak_reserved_bytes / GIB)
         row["usable_gib"] = guide.limit_bytes / GIB
         row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S

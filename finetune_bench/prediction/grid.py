@@ -187,7 +187,7 @@ def predict_condition(
 def shape_of(args: TrainingArgs, model_dir: str | None = None) -> tuple[ModelShape | None, str]:
     """The model's shape, or None and why not."""
     try:
-        return model_shape(model_config(args.model_name, model_dir)), ""
+        return model_shape(model_config(args.model_name, model_dir, args.model_config_overrides)), ""
     except NoPrediction as reason:
         return None, str(reason)
 
@@ -197,14 +197,14 @@ def estimate_grid(
 ) -> GridEstimate:
     """Predict every condition of `planned` once, and the grid's GPU time and cost."""
     conditions: dict[str, ConditionPrediction] = {}
-    shapes: dict[str, tuple[ModelShape | None, str]] = {}
+    shapes: dict[tuple[str, str], tuple[ModelShape | None, str]] = {}  # by model and config overrides
     for run in planned:
         if run.condition_id in conditions:
             continue
-        name = run.training_args.model_name
-        if name not in shapes:
-            shapes[name] = shape_of(run.training_args)
-        shape, why = shapes[name]
+        model = (run.training_args.model_name, run.training_args.model_config_overrides)
+        if model not in shapes:
+            shapes[model] = shape_of(run.training_args)
+        shape, why = shapes[model]
         conditions[run.condition_id] = predict_condition(run.condition_id, run.training_args, target, shape, why)
     seconds, known, skipped = 0.0, True, 0
     for run in planned:

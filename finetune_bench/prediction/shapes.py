@@ -16,6 +16,7 @@ from finetune_bench.inputs.catalog import (
     architectures,
     looks_like_path,
 )
+from finetune_bench.inputs.model_overrides import apply_config_overrides, parse_config_overrides
 
 
 class NoPrediction(ValueError):
@@ -106,10 +107,16 @@ class ModelShape:
         return self.num_layers * per_layer
 
 
-def model_config(model_name: str, model_dir: Path | None = None) -> dict:
-    """The config of `model_name` as a dict: from the downloaded `model_dir` when given, else a bundled
-    architecture, a local directory, or a hub id a bundled architecture was copied from. NoPrediction
-    when none of these has it (a hub id seen nowhere here: its config is read once it is downloaded)."""
+def model_config(model_name: str, model_dir: Path | None = None, overrides: str = "") -> dict:
+    """The config of `model_name` as a dict, with `overrides` (`TrainingArgs.model_config_overrides`) applied as a
+    run applies them: from the downloaded `model_dir` when given, else a bundled architecture, a local directory, or
+    a hub id a bundled architecture was copied from. NoPrediction when none of these has it (a hub id seen nowhere
+    here: its config is read once it is downloaded)."""
+    return apply_config_overrides(_source_config(model_name, model_dir), parse_config_overrides(overrides))
+
+
+def _source_config(model_name: str, model_dir: Path | None) -> dict:
+    """The config of `model_name` as it was prepared, before any override."""
     if model_dir is not None and (Path(model_dir) / "config.json").is_file():
         return json.loads((Path(model_dir) / "config.json").read_text())
     if model_name.startswith(RANDOM_PREFIX):

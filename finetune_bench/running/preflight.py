@@ -1,10 +1,18 @@
-"""Checks on the downloaded data, before any run is launched: a condition whose max_seq_length leaves no
-example (or fewer than one batch) with a token to learn from would only fail on the GPU, run after run."""
+"""Checks on the downloaded data and model, before any run is launched: a condition whose max_seq_length leaves no
+example (or fewer than one batch) with a token to learn from, or whose model_config_overrides the downloaded model's
+config refuses, would only fail on the GPU, run after run."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 from finetune_bench.inputs.catalog import BACKENDS
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.model_overrides import (
+    check_overrides_against_config,
+    config_known_at_planning,
+    parse_config_overrides,
+)
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.running.backends.data import NotOneBatch, require_one_batch, usable_examples
 
@@ -47,3 +55,34 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
         except NotOneBatch as exc:
             refused[id(run)] = f"not launched: {exc} (checked on the downloaded data before any run)"
     return [dataclasses.replace(run, refused=refused[id(run)]) if id(run) in refused else run for run in planned]
+
+
+def refuse_invalid_overrides(planned: list[PlannedRun], model_dir: Path) -> list[PlannedRun]:
+    """`planned`, with every run whose `model_config_overrides` the downloaded model's config refuses refused (it
+    ends as an error result naming why, without being launched). Only a model whose config planning could not read
+    (a hub id) is checked here: planning checked the others against their config."""
+    config = None
+    refusals: dict[str, str] = {}  # overrides → why refused ("" when they hold)
+    for run in planned:
+        args = run.training_args
+        overrides = args.model_config_overrides
+        if run.refused or overrides in refusals or not parse_config_overrides(overrides):
+            continue
+        if config_known_at_planning(args.model_name) is not None:
+            refusals[overrides] = ""
+            continue
+        if config is None:
+            config = json.loads((Path(model_dir) / "config.json").read_text())
+        try:
+            check_overrides_against_config(args.model_name, config, parse_config_overrides(overrides))
+            refusals[overrides] = ""
+        except SpecError as exc:
+            refusals[overrides] = "; ".join(exc.problems)
+    return [
+        dataclasses.replace(
+            run, refused=f"not launched: {why} (checked on the downloaded model's config before any run)"
+        )
+        if not run.refused and (why := refusals.get(run.training_args.model_config_overrides))
+        else run
+        for run in planned
+    ]

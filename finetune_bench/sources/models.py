@@ -3,10 +3,15 @@
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config
+from finetune_bench.inputs.model_overrides import apply_config_overrides, parse_config_overrides
 from finetune_bench.sources.cache import build_into, cache_root, slug
 from finetune_bench.sources.synthetic import train_offline_tokenizer
+
+if TYPE_CHECKING:  # transformers is imported where a config is read
+    from transformers import PretrainedConfig
 
 RANDOM_INIT_MARKER = "random_init.json"
 # Kept small: the embedding and LM head keep the architecture's full vocab size, so the model's
@@ -79,3 +84,21 @@ def _write_random_model(dest: Path, arch: str, config_dict: dict) -> None:
 def is_random_init(model_dir: Path) -> bool:
     """Whether `model_dir` holds a random-init model built from a bundled architecture."""
     return (Path(model_dir) / RANDOM_INIT_MARKER).is_file()
+
+
+def model_config_dict(model_dir: Path, overrides: str = "") -> dict:
+    """The config.json of the prepared `model_dir` as a dict, with `overrides` (`TrainingArgs.model_config_overrides`)
+    applied: what the model of a run is built from. The directory itself is never changed."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return apply_config_overrides(config, parse_config_overrides(overrides))
+
+
+def load_model_config(model_dir: Path, overrides: str = "") -> "PretrainedConfig":
+    """The transformers config a run builds its model from: `model_dir`'s, with `overrides` applied (the config
+    class is the model type's, so its validation and derived values follow the overridden keys)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    if not parse_config_overrides(overrides):
+        return config
+    return type(config).from_dict(model_config_dict(model_dir, overrides))
