@@ -24,8 +24,10 @@ class Backend:
     """A training backend (`TrainingArgs.backend`, a module of `finetune_bench.running.backends`) and what it can
     do: the criteria it runs, whether it implements `packing`, whether it trains LoRA adapters (`lora_rank` > 0),
     whether it tokenizes the examples itself (`running.backends.data.tokenize_prompt_completion`; TRL's
-    SFTTrainer tokenizes on its own), and whether it trains (builds an optimizer and steps it; on several GPUs
-    only one that trains runs) or measures forward passes only."""
+    SFTTrainer tokenizes on its own), whether it trains (builds an optimizer and steps it; on several GPUs
+    only one that trains runs) or measures forward passes only, and whether it computes the loss itself from the
+    model's outputs, so that an arm component that replaces the loss (`cce`) can run in it (the Trainers take the
+    loss the model's forward returns)."""
 
     name: str
     criteria: tuple[str, ...]
@@ -33,6 +35,7 @@ class Backend:
     lora: bool = False
     own_tokenization: bool = True
     trains: bool = True
+    computes_loss_itself: bool = False
 
 
 # Each backend's record, by name (the names `TrainingArgs.backend` accepts).
@@ -41,8 +44,8 @@ BACKENDS = {
     for backend in (
         Backend("trl_sft", ("model", "trl"), packing=True, own_tokenization=False),
         Backend("hf_trainer", ("model",), lora=True),
-        Backend("plain_loop", PLAIN_LOOP_CRITERIA, packing=True),
-        Backend("forward_only", PLAIN_LOOP_CRITERIA, trains=False),
+        Backend("plain_loop", PLAIN_LOOP_CRITERIA, packing=True, computes_loss_itself=True),
+        Backend("forward_only", PLAIN_LOOP_CRITERIA, trains=False, computes_loss_itself=True),
     )
 }
 
@@ -65,6 +68,42 @@ GPUS_PER_NODE = (1, 2, 4, 8)
 NODE_COUNTS = (1, 2, 4, 8)
 # How generated response lengths spread over their range (see `TrainingArgs.synthetic_length_distribution`).
 SYNTHETIC_LENGTH_DISTRIBUTIONS = ("uniform", "fixed", "normal", "lognormal")
+
+
+@dataclass(frozen=True)
+class Attention:
+    """How a model's attention runs (`TrainingArgs.attention`): transformers' attention implementation, the one
+    backend of `torch.nn.functional.scaled_dot_product_attention` it is pinned to (a `torch.nn.attention.SDPBackend`
+    member; "" lets PyTorch choose per call), and what that backend needs. On a CPU PyTorch has a math and a flash
+    kernel; the memory-efficient and cuDNN kernels exist for CUDA only. On a GPU, FlashAttention takes float16 or
+    bfloat16 on compute capability 8.0 or newer."""
+
+    name: str
+    attn_implementation: str
+    sdpa_backend: str = ""
+    cuda_only: bool = False
+    # On a CUDA GPU: the dtypes the kernel takes (empty: any) and the oldest compute capability it runs on.
+    cuda_dtypes: tuple[str, ...] = ()
+    min_compute_capability: tuple[int, int] = (0, 0)
+
+
+# Each attention by name (the names `TrainingArgs.attention` accepts); the first is the default.
+ATTENTIONS = {
+    attention.name: attention
+    for attention in (
+        Attention("sdpa", "sdpa"),
+        Attention("eager", "eager"),
+        Attention(
+            "flash", "sdpa", "FLASH_ATTENTION", cuda_dtypes=("float16", "bfloat16"), min_compute_capability=(8, 0)
+        ),
+        Attention("efficient", "sdpa", "EFFICIENT_ATTENTION", cuda_only=True),
+        Attention("cudnn", "sdpa", "CUDNN_ATTENTION", cuda_only=True),
+        Attention("math", "sdpa", "MATH"),
+    )
+}
+# PyTorch's CUDA caching allocator (`TrainingArgs.allocator`): `default`, or `expandable_segments` (segments that
+# grow in place instead of new fixed-size blocks, `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
+ALLOCATORS = ("default", "expandable_segments")
 
 # Model names: `random:<architecture>` builds a random-init model from a bundled config (no download).
 RANDOM_PREFIX = "random:"

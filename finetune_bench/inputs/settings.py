@@ -16,6 +16,8 @@ from typing import Any
 from finetune_bench.inputs import catalog
 from finetune_bench.inputs.arms import ArmError, parse_arm
 from finetune_bench.inputs.catalog import (
+    ALLOCATORS,
+    ATTENTIONS,
     BACKENDS,
     CRITERIA,
     DEVICES,
@@ -27,6 +29,7 @@ from finetune_bench.inputs.catalog import (
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
+from finetune_bench.inputs.model_overrides import check_config_overrides_syntax, check_model_config_overrides
 
 
 class StrictFromJson:
@@ -196,21 +199,31 @@ class TrainingArgs(StrictFromJson):
     # around the midpoint, the range being ±3 standard deviations), `lognormal` (chat-like: mostly
     # short, median a quarter of the way up the range, a long tail; about 1 in 20 cut at the maximum).
     synthetic_length_distribution: str = choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS)
+    # Hugging Face config keys set to other values before the model is built, as comma-separated key=value pairs
+    # ("num_hidden_layers=8,intermediate_size=14336"; a value is an integer, a float, true / false or a string).
+    # Applied to the prepared model's config (the bundled one of `random:<architecture>`, a hub model's downloaded
+    # one), so the download is unchanged; the memory model and the FLOPs count use the overridden shape. On a
+    # pretrained model only keys that keep its weights' shapes (fewer layers, RoPE settings, ...); any key of the
+    # config on a random-init one: Llama-3-8B's layers, 8 of them, measure its per-layer speed on one GPU. Empty:
+    # none. See `finetune_bench.inputs.model_overrides`.
+    model_config_overrides: str = setting("", check_config_overrides_syntax)
 
     # trl_sft: TRL's SFTTrainer (the blog's setup); hf_trainer: transformers' Trainer; plain_loop: a
     # bare PyTorch loop (no Trainer); forward_only: the plain loop's batches and loss without backward or
     # optimizer (inference time and memory; `optim` and the learning-rate settings are unused).
     backend: str = choice("trl_sft", BACKENDS)
     # What is switched on: `baseline`, `liger` (Liger's defaults), `liger:<kernel>` (one kernel alone),
-    # `compile`, `switchback`, combinations joined by `+` (`compile+liger`), or `baseline_repeat` (trains
-    # as `baseline`; an A/A comparison for the noise floor). See `finetune_bench.inputs.arms`.
+    # `compile`, `switchback`, `cce` (Cut Cross-Entropy computes the loss; plain_loop and forward_only only),
+    # combinations joined by `+` (`compile+liger`, `liger:rope+cce`), or `baseline_repeat` (trains as `baseline`;
+    # an A/A comparison for the noise floor). See `finetune_bench.inputs.arms`.
     arm: str = setting("baseline", _known_arm)
     # The loss. `model`: the model's forward computes it from the labels (transformers' cross entropy
     # on the full logits; Liger's fused linear cross entropy, no logits materialized, in a liger arm).
     # `trl`: TRL's own chunked LM-head loss (trl_sft only; what TRL 1.16 does by default, whatever
-    # Liger does). `torch_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`:
+    # Liger does). `torch_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`, `cce`:
     # computed by the plain loop from the logits (or, fused, from the last hidden states and the LM
-    # head's weight). With any criterion but `model`, a liger arm swaps the layer kernels only.
+    # head's weight; `cce` is Apple's Cut Cross-Entropy, `pip install cut-cross-entropy`, the logits never in
+    # the GPU's memory). With any criterion but `model`, a liger arm swaps the layer kernels only.
     criterion: str = choice("model", CRITERIA)
     # Sequences per optimizer step on each device, and micro-batches accumulated into one optimizer step.
     per_device_train_batch_size: int = positive(1)
@@ -268,6 +281,19 @@ class TrainingArgs(StrictFromJson):
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).
     gradient_checkpointing: bool = False
+    # How attention runs. `sdpa`: transformers' SDPA attention, PyTorch choosing the kernel per call (FlashAttention,
+    # memory-efficient, cuDNN or math). `eager`: transformers' eager attention (the scores materialized, as a plain
+    # PyTorch implementation would). `flash`, `efficient`, `cudnn`, `math`: SDPA pinned to that one kernel for the
+    # whole run (training, evaluation and profiling) through `torch.nn.attention.sdpa_kernel`; a run where it
+    # cannot run ends as an error naming why, never silently on another kernel. `efficient` and `cudnn` need a
+    # CUDA GPU; `flash` on a GPU needs compute capability 8.0 or newer and float16 or bfloat16 (on a CPU it is
+    # PyTorch's CPU flash kernel). See `finetune_bench.inputs.catalog.ATTENTIONS`.
+    attention: str = choice("sdpa", ATTENTIONS)
+    # PyTorch's CUDA caching allocator: `default`, or `expandable_segments` (`expandable_segments:True` in the
+    # training process's PYTORCH_CUDA_ALLOC_CONF: segments grow in place, which leaves less memory cut into blocks
+    # no later tensor fits). Other options of a PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) already set where
+    # the run starts are kept; its `expandable_segments` option is this setting's.
+    allocator: str = choice("default", ALLOCATORS)
     # LoRA through peft (hf_trainer only): rank 0 trains every weight (a full fine-tune); a positive rank
     # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
@@ -330,6 +356,7 @@ def validate_training_args(training_args: TrainingArgs) -> None:
             )
     with problems.check():
         catalog.check_model_name(t.model_name)
+        check_model_config_overrides(t.model_name, t.model_config_overrides)  # read against the model's config
     with problems.check():
         catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
     problems.raise_if_any()
@@ -363,6 +390,10 @@ class ExperimentArgs(StrictFromJson):
     num_gpus: list[int] = field(default_factory=list)
     num_nodes: list[int] = field(default_factory=list)
     parallelism: list[str] = field(default_factory=list)
+    # Each a whole set of overrides ("num_hidden_layers=8", "num_hidden_layers=16"); "" is the model as it is.
+    model_config_overrides: list[str] = field(default_factory=list)
+    attention: list[str] = field(default_factory=list)
+    allocator: list[str] = field(default_factory=list)
 
 
 def smoke_experiment() -> "ExperimentArgs":

@@ -8,8 +8,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from finetune_bench.inputs.arms import LOSS_KERNELS, kernel_switches, parse_arm, supported_model_types
+from finetune_bench.inputs.arms import (
+    LOSS_KERNELS,
+    Arm,
+    default_kernels,
+    kernel_switches,
+    parse_arm,
+    supported_model_types,
+)
 from finetune_bench.inputs.catalog import (
+    ATTENTIONS,
     BACKENDS,
     BITSANDBYTES_OPTIMIZERS,
     PARALLELISMS,
@@ -17,6 +25,8 @@ from finetune_bench.inputs.catalog import (
     model_type,
 )
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
+from finetune_bench.inputs.loss_paths import CCE_CRITERION, CCE_INSTALL_HINT, CCE_MODULE
+from finetune_bench.inputs.model_overrides import check_model_config_overrides
 from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
@@ -148,6 +158,9 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
     _check_parallelism(training_args, where)
+    _check_attention_and_allocator(training_args, where)
+    if "model_config_overrides" in swept:  # an unswept value is checked with the rest of training_args
+        check_model_config_overrides(training_args.model_name, training_args.model_config_overrides, where)
     batch = training_args.examples_per_step
     generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
     training_examples = training_args.synthetic_num_examples - training_args.eval_examples
@@ -186,6 +199,89 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             )
     if arm.switchback and training_args.device == "cpu":
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
+    _check_cut_cross_entropy(training_args, arm, where)
+
+
+def _check_cut_cross_entropy(training_args: TrainingArgs, arm: Arm, where: str) -> None:
+    """Cut Cross-Entropy (the arm component or the criterion `cce`) where it can compute the loss: a backend that
+    computes the loss itself, no second loss beside it (another criterion, Liger's loss kernels), a dtype its
+    backward kernel takes, and the package installed (looked up where planning runs: the training image)."""
+    t = training_args
+    if not (arm.cce or t.criterion == CCE_CRITERION):
+        return
+    record = BACKENDS[t.backend]
+    if arm.cce and not record.computes_loss_itself:
+        own_loss = [name for name, candidate in BACKENDS.items() if candidate.computes_loss_itself]
+        raise SpecError(
+            f"arm {arm.name!r} does not run with backend {t.backend!r}{where}: Cut Cross-Entropy computes the loss "
+            f"outside the model's forward, and {t.backend!r} takes the loss the model's forward returns; use backend "
+            f"{own_loss[0]!r} (backends {own_loss} compute the loss themselves)"
+        )
+    if arm.cce and t.criterion not in ("model", CCE_CRITERION):
+        raise SpecError(
+            f"arm {arm.name!r} with criterion {t.criterion!r}{where}: the arm's Cut Cross-Entropy computes the loss, "
+            f"and so would criterion {t.criterion!r}; use criterion 'model' (the arm then replaces the model's loss)"
+        )
+    if arm.cce and arm.liger and arm.liger_kernel is None:
+        kind = model_type(t.model_name)
+        switched_on = sorted(set(default_kernels(kind)) & set(LOSS_KERNELS)) if kind is not None else []
+        if kind is None or switched_on:
+            which = (
+                f"for model type {kind!r} switch on {switched_on}"
+                if kind is not None
+                else f"switch on a loss kernel for nearly every model type, and the type of {t.model_name!r} is known "
+                "only once it is downloaded"
+            )
+            raise SpecError(
+                f"arm {arm.name!r}{where}: Liger's defaults {which}, which would compute the loss as Cut "
+                "Cross-Entropy does; for Liger's layer kernels with CCE's loss use arm 'liger' with criterion 'cce', "
+                "or one layer kernel with the arm (e.g. 'liger:rope+cce')"
+            )
+    if t.dtype == "float32" and t.device != "cpu" and record.trains:
+        raise SpecError(
+            f"dtype 'float32' with Cut Cross-Entropy{where}: its backward kernel takes float16 or bfloat16 hidden "
+            "states on a GPU; use dtype 'bfloat16' (or 'auto', bfloat16 on a GPU)"
+        )
+    import importlib.util
+
+    # Looked up, not imported: importing it loads torch and Triton, seconds on a machine that only plans.
+    if importlib.util.find_spec(CCE_MODULE) is None:
+        raise SpecError(
+            f"Cut Cross-Entropy (arm {arm.name!r}, criterion {t.criterion!r}){where} needs the package "
+            f"cut-cross-entropy, which is not installed here: {CCE_INSTALL_HINT}"
+        )
+
+
+def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> None:
+    """What the settings alone rule out of an attention kernel (a CUDA-only kernel on device 'cpu'; on a GPU a
+    dtype, or the packing mask, the kernel does not take) and of the CUDA allocator on a CPU. What only the GPU
+    decides (its compute capability, a padding mask in a batch) ends the run as an error naming it."""
+    t = training_args
+    attention = ATTENTIONS[t.attention]
+    on_cpu = t.device == "cpu"
+    if attention.cuda_only and on_cpu:
+        on_a_cpu = [name for name, candidate in ATTENTIONS.items() if not candidate.cuda_only]
+        raise SpecError(
+            f"training_args.attention {t.attention!r} with device 'cpu'{where}: PyTorch's {attention.sdpa_backend} "
+            f"kernel runs on CUDA GPUs only; on a CPU use attention {on_a_cpu}"
+        )
+    if attention.cuda_dtypes and t.dtype not in ("auto", *attention.cuda_dtypes) and not on_cpu:
+        raise SpecError(
+            f"training_args.attention {t.attention!r} with dtype {t.dtype!r}{where}: on a GPU PyTorch's "
+            f"{attention.sdpa_backend} kernel takes dtype {list(attention.cuda_dtypes)} only; use dtype 'bfloat16' "
+            "(or 'auto'), or attention 'efficient' or 'math'"
+        )
+    if attention.name == "flash" and t.packing and not on_cpu:
+        raise SpecError(
+            f"training_args.attention 'flash' with packing{where}: packed rows reach SDPA with a block-diagonal "
+            "attention mask, and PyTorch's FLASH_ATTENTION kernel takes no mask on a GPU; use packing false, or "
+            "attention 'sdpa' or 'efficient'"
+        )
+    if t.allocator != "default" and on_cpu:
+        raise SpecError(
+            f"training_args.allocator {t.allocator!r} with device 'cpu'{where}: it configures PyTorch's CUDA caching "
+            "allocator, which a CPU run does not use; use allocator 'default'"
+        )
 
 
 def _check_parallelism(training_args: TrainingArgs, where: str) -> None:

@@ -16,17 +16,27 @@ SUM = "sum"  # a rate: the ranks' totals (`rate_of`) summed, over the slowest ra
 MAX = "max"  # the largest rank's, with its spread over the ranks (`<name>_spread`); rank 0's when a rank filed none
 DERIVED = "derived"  # computed from the merged figures (the padding fraction, MFU, per GPU, the spreads)
 RANK_ONLY = "rank_only"  # one rank's own view: a run on several GPUs has no such figure (its totals stay per rank)
-MERGES = (RANK0, SUM, MAX, DERIVED, RANK_ONLY)
+TOTAL = "total"  # not a rate: the ranks' totals (`total_of`) summed (energy: every GPU's)
+PER_TOKEN = "per_token"  # the ranks' totals (`total_of`) summed, over their non-padding tokens summed
+MERGES = (RANK0, SUM, MAX, DERIVED, RANK_ONLY, TOTAL, PER_TOKEN)
 
 # On which runs a metric exists (beyond what it measures: a loss needs a logged loss, an evaluation's figures an
 # evaluation, a rate a measured step).
 ANY_DEVICE = "any device"
 CUDA = "a CUDA device"  # the allocator's and the driver's memory figures; MFU (also needs the GPU's peak known)
 SEVERAL_GPUS = "several GPUs"  # made by the rank merge only
-SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS)
+# A GPU whose driver keeps NVML's total-energy counter (Volta and later); where it is unknown, the run's details
+# say why (`ENERGY_UNAVAILABLE`).
+ENERGY_COUNTER = "a GPU with NVML's energy counter"
+SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER)
 
 # The measured time every rate is over (a run on several GPUs: the slowest rank's).
 MEASURED_TIME = "measured_time_s"
+# The non-padding tokens every per-token figure is over.
+MEASURED_TOKENS = "measured_tokens"
+# The key of a run's details (`RunResult.details`) saying why it has no energy figures.
+ENERGY_UNAVAILABLE = "energy_unavailable"
+JOULES_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -43,10 +53,14 @@ class Metric:
     # A rate: the total it is the rate of, per `MEASURED_TIME` and per `per` of its unit.
     rate_of: str = ""
     per: float = 1.0
+    # A `TOTAL` or `PER_TOKEN` figure: the total it is made of (per `per` of its unit, or per `MEASURED_TOKENS`).
+    total_of: str = ""
 
     def __post_init__(self) -> None:
         if self.ranks not in MERGES or self.scope not in SCOPES:
             raise ValueError(f"metric {self.name}: merge {self.ranks!r} or scope {self.scope!r} is not one of theirs")
+        if bool(self.total_of) != (self.ranks in (TOTAL, PER_TOKEN)):
+            raise ValueError(f"metric {self.name}: a {TOTAL} or {PER_TOKEN} figure names its total, and only it")
         if self.column == "":
             object.__setattr__(self, "column", self.name)
 
@@ -69,6 +83,14 @@ _TABLE = (
     Metric("measured_tokens", "tokens", RANK_ONLY, "non-padding tokens of the measured steps", None),
     Metric("measured_padded_tokens", "tokens", RANK_ONLY, "tokens of the measured steps, padding included", None),
     Metric("measured_model_flops", "FLOPs", RANK_ONLY, "model FLOPs of the measured steps", None),
+    Metric(
+        "measured_energy_j",
+        "J",
+        RANK_ONLY,
+        "GPU energy of the measured steps (NVML's total-energy counter)",
+        None,
+        scope=ENERGY_COUNTER,
+    ),
     Metric("tokens_per_second", "tokens/s", SUM, "non-padding tokens per second", rate_of="measured_tokens"),
     Metric(
         "padded_tokens_per_second",
@@ -86,6 +108,23 @@ _TABLE = (
     Metric("model_flops_per_token", "FLOPs", RANK0, "model FLOPs of a measured token (see `model_flops_formula`)"),
     Metric("achieved_tflops", "TFLOP/s", SUM, "model FLOPs per second", rate_of="measured_model_flops", per=1e12),
     Metric("mfu", "fraction", DERIVED, "model FLOPs utilization: achieved over the GPU's peak", scope=CUDA),
+    Metric(
+        "energy_per_token_j",
+        "J/token",
+        PER_TOKEN,
+        "GPU energy per non-padding token of the measured steps, every GPU's",
+        scope=ENERGY_COUNTER,
+        total_of="measured_energy_j",
+    ),
+    Metric(
+        "energy_kwh",
+        "kWh",
+        TOTAL,
+        "GPU energy of the measured steps, every GPU's",
+        scope=ENERGY_COUNTER,
+        total_of="measured_energy_j",
+        per=JOULES_PER_KWH,
+    ),
     _bytes("peak_allocated_bytes", MAX, "peak memory held by tensors (the allocator)", "peak_allocated_gib"),
     _bytes("peak_reserved_bytes", MAX, "peak memory reserved by the caching allocator", "peak_reserved_gib"),
     _bytes(
@@ -153,13 +192,23 @@ _TABLE = (
     Metric("world_size", "GPUs", DERIVED, "GPUs the run trained on", None, scope=SEVERAL_GPUS),
 )
 METRICS: dict[str, Metric] = {metric.name: metric for metric in _TABLE}
-# What each rank files for the rank merge: the measured time and the totals of the rates.
-TOTALS = (MEASURED_TIME, *(metric.rate_of for metric in _TABLE if metric.rate_of))
+# What each rank files for the rank merge: the measured time and the totals of the rates and of the other figures.
+TOTALS = tuple(
+    dict.fromkeys(
+        (MEASURED_TIME, *(metric.rate_of or metric.total_of for metric in _TABLE if metric.rate_of or metric.total_of))
+    )
+)
 
 
 def throughput(totals: dict[str, float], time_s: float) -> dict[str, float]:
-    """The rates over `time_s` of the totals present, and the padding fraction when both token counts are."""
+    """The rates over `time_s` of the totals present, the `TOTAL` and `PER_TOKEN` figures of the totals present
+    (per token: over `MEASURED_TOKENS`, when there is one), and the padding fraction when both token counts are."""
     out = {m.name: totals[m.rate_of] / time_s / m.per for m in _TABLE if m.rate_of and m.rate_of in totals}
+    for m in _TABLE:
+        if m.ranks == TOTAL and m.total_of in totals:
+            out[m.name] = totals[m.total_of] / m.per
+        elif m.ranks == PER_TOKEN and m.total_of in totals and totals.get(MEASURED_TOKENS):
+            out[m.name] = totals[m.total_of] / totals[MEASURED_TOKENS]
     if "measured_tokens" in totals and "measured_padded_tokens" in totals:
         padded = totals["measured_padded_tokens"]
         out["padding_fraction"] = 1 - totals["measured_tokens"] / padded if padded else 0.0

@@ -36,7 +36,11 @@ token); Liger's cross entropy writes the gradient into its float32 input in the 
 Liger's fused linear cross entropy never materializes the logits: chunks of about h/V of the tokens, plus
 the input's gradient (a·h per token) and the LM head's weight gradient, both computed in the forward
 pass; TRL's chunked loss keeps the hidden states and, in its backward pass, float32 gradients of the
-hidden states and of the LM head.
+hidden states and of the LM head. Cut Cross-Entropy (`cce`) keeps no logits in the GPU's memory at all: its kernels
+hold each tile of logits in on-chip memory. It saves the hidden states for its backward pass (a·h per token),
+a float32 log-sum-exp per token and, for its gradient filtering, a float32 mean logit per vocabulary entry; its
+backward pass allocates the hidden states' gradient (a·h per token) and the LM head's weight gradient (in the
+activation dtype) at once, with an int32 vocabulary ordering.
 
 The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
 `ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
@@ -52,7 +56,14 @@ from dataclasses import dataclass, field
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import BACKENDS
-from finetune_bench.inputs.loss_paths import LIGER, LIGER_FUSED, TRL_CHUNKED, LossPath, select_loss_path
+from finetune_bench.inputs.loss_paths import (
+    CUT_CROSS_ENTROPY,
+    LIGER,
+    LIGER_FUSED,
+    TRL_CHUNKED,
+    LossPath,
+    select_loss_path,
+)
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.prediction.shapes import ModelShape, NoPrediction
 
@@ -63,6 +74,15 @@ from finetune_bench.prediction.shapes import ModelShape, NoPrediction
 TRL_TOKEN_CHUNK = 4096
 # bitsandbytes' 8-bit AdamW: two 8-bit states, and a float32 absmax per block of 256 values for each.
 ADAMW_8BIT_STATE_BYTES = 2 + 2 * 4 / 256
+
+# Attentions that materialize the scores (transformers' eager attention, PyTorch's math SDPA kernel); the model
+# counts a fused kernel's saved output and log-sum-exp (FlashAttention, memory-efficient, cuDNN) only.
+MATERIALIZED_SCORES_ATTENTIONS = ("eager", "math")
+# The allocator reserve's note when the run's allocator is not the one `ALLOCATOR_OVERHEAD` was measured with.
+EXPANDABLE_SEGMENTS_NOTE = (
+    "allocator expandable_segments: not modelled; the reserve above the allocated peak is the default allocator's "
+    "measured share (expandable segments are meant to leave less of it, which has not been measured here)"
+)
 
 # The breakdown's parts, in the order a report lists them.
 PARTS = (
@@ -138,6 +158,10 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         raise NoPrediction("SwitchBack's int8 layers are not modelled")
     if args.device == "cpu":
         raise NoPrediction("a CPU run: no GPU memory to predict")
+    if args.attention in MATERIALIZED_SCORES_ATTENTIONS:
+        raise NoPrediction(
+            f"attention {args.attention!r} keeps each layer's sequence × sequence attention scores: not modelled"
+        )
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     kernels = active_kernels(args, shape.model_type)
     lora = args.lora_rank > 0
@@ -149,8 +173,9 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         lora_targets=shape.lora_targets(args.lora_target_modules) if lora else (),
         lora_dropout=args.lora_dropout > 0,
         kernels=kernels,
-        # as the backends take it: a criterion other than `model` is the loss, and Liger swaps the layer kernels only
-        loss_path=select_loss_path(args.criterion, kernels),
+        # as the backends take it: a criterion other than `model` (or the arm's `cce`) is the loss, and Liger swaps
+        # the layer kernels only
+        loss_path=select_loss_path(arm.loss_criterion(args.criterion), kernels),
         checkpointing=args.gradient_checkpointing,
         accumulation=args.gradient_accumulation_steps > 1,
         optim=args.optim,
@@ -207,6 +232,12 @@ def loss_bytes(shape: ModelShape, step: Step, head_trains: bool) -> tuple[float,
         head_grad = v * h * step.weight_bytes if head_trains and step.trains else 0
         grad_input = a * h * t if step.trains else 0
         return grad_input + head_grad + 4 * t, a * chunk * v
+    if path.kernel == CUT_CROSS_ENTROPY:
+        if not step.trains:  # the log-sum-exp and the target logit, float32 per token
+            return 0, 8 * t
+        head_grad = a * v * h if head_trains else 0
+        # kept: the hidden states, the log-sum-exp, the mean logits; transient: both gradients, the vocabulary order
+        return a * h * t + 4 * t + 4 * v, a * h * t + head_grad + 4 * v
     if path.kernel == TRL_CHUNKED:
         head_grad = 4 * v * h if head_trains else 0
         return a * h * t + 8 * t, 4 * h * t + head_grad + a * min(t, TRL_TOKEN_CHUNK) * min(v, TRL_TOKEN_CHUNK)
@@ -271,6 +302,8 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
         assumptions.append("batches padded to max_seq_length (an upper bound for shorter data)")
     if lora:
         assumptions.append(f"LoRA: {trainable:,} adapter parameters (float32)")
+    if args.allocator == "expandable_segments":
+        assumptions.append(EXPANDABLE_SEGMENTS_NOTE)
 
     if not step.trains:
         # No graph is kept: one layer's transients at a time, the largest being the MLP's.

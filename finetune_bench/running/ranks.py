@@ -31,7 +31,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.measuring.metrics import MAX, MEASURED_TIME, METRICS, RANK0, TOTALS, throughput
+from finetune_bench.measuring.metrics import (
+    ENERGY_UNAVAILABLE,
+    MAX,
+    MEASURED_TIME,
+    METRICS,
+    RANK0,
+    TOTALS,
+    throughput,
+)
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
 from finetune_bench.running.device_lock import device_lock
@@ -289,8 +297,9 @@ def rank_figure(summary: RankSummary, metric: str) -> float | None:
 def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None) -> RunResult:
     """The run's result from rank 0's own and every rank's report: the first failing rank's status, reason and
     error (named); the throughput of all ranks together (their tokens over the slowest rank's measured time),
-    per GPU, and the model FLOPs utilization over all GPUs; each memory peak as the largest rank's, with its
-    spread over the ranks. Step times, losses and the held-out loss are rank 0's."""
+    per GPU, and the model FLOPs utilization over all GPUs; the GPU energy of all ranks together (per token: over
+    all their tokens; none when a rank has none, said in the details); each memory peak as the largest rank's,
+    with its spread over the ranks. Step times, losses and the held-out loss are rank 0's."""
     merged = dataclasses.replace(
         rank0,
         metrics=dict(rank0.metrics),
@@ -308,6 +317,11 @@ def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None)
         if metric.ranks not in (RANK0, MAX):
             merged.metrics.pop(metric.name, None)
     merged.metrics.update(combined_metrics(reports, rank0.environment.get("gpu_name", "")))
+    without_energy = [r.summary.rank for r in reports if "measured_energy_j" not in r.totals]
+    measured = all(MEASURED_TIME in r.totals for r in reports)
+    if measured and without_energy and not merged.details.get(ENERGY_UNAVAILABLE):  # rank 0's own reason stands
+        ranks = ", ".join(str(rank) for rank in without_energy)
+        merged.details[ENERGY_UNAVAILABLE] = f"rank {ranks} measured no GPU energy (see that rank's log)"
     return merged
 
 

@@ -15,6 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, says_out_of_memory
 from finetune_bench.running import faults
 
@@ -94,7 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     from finetune_bench.inputs.settings import TrainingArgs
     from finetune_bench.measuring.environment import environment
     from finetune_bench.measuring.steps import NonFiniteLoss, StepRecorder
-    from finetune_bench.running.backends.common import resolve_device, resolve_dtype
+    from finetune_bench.running.allocator import alloc_conf, check_allocator
+    from finetune_bench.running.backends.common import (
+        AttentionNotRunnable,
+        attention_details,
+        pinned_attention,
+        resolve_device,
+        resolve_dtype,
+    )
     from finetune_bench.running.liger_patching import LigerNotApplied
 
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
@@ -113,15 +121,23 @@ def main(argv: list[str] | None = None) -> int:
     recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps, steps_file=opts.out / STEPS_FILE)
     outcome = ChildOutcome(
         status=OK,
-        details={"device": str(device), "dtype": str(dtype).removeprefix("torch.")},
+        details={
+            "device": str(device),
+            "dtype": str(dtype).removeprefix("torch."),
+            **attention_details(args.attention),
+            # the CUDA allocator's options this process started with ("" when none)
+            "alloc_conf": alloc_conf(os.environ),
+        },
         environment=environment(device),
     )
     try:
+        check_allocator(args.allocator, os.environ)
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
             ranks.start_process_group(device, float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)))
         backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
-        extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
+        with pinned_attention(args.attention, device, dtype):  # the backward passes and evaluations too
+            extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
         if distributed:
             ranks.end_process_group()
         outcome.liger_patches = extra.pop("liger_patches", {})
@@ -135,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         outcome.error_tail = _tail(traceback.format_exc())
     except LigerNotApplied as exc:
         outcome.status, outcome.reason = ERROR, f"liger not applied: {exc}"
+    except AttentionNotRunnable as exc:
+        outcome.status, outcome.reason = ERROR, _first_line(exc)
+        outcome.error_tail = _tail(traceback.format_exc())
     except Exception as exc:  # any other failure of this condition is its result, not a crash
         if says_out_of_memory(str(exc)):  # e.g. cuBLAS unable to allocate its handle: a RuntimeError
             outcome.status, outcome.reason = OOM, _out_of_memory(len(recorder.steps), exc)
@@ -146,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     outcome.details["steps_completed"] = str(len(recorder.steps))
     if recorder.eval_error:  # the evaluations stopped; the run's training is measured all the same
         outcome.details["eval_error"] = recorder.eval_error
+    if recorder.energy_unavailable:  # no energy figures: why (a CPU, a GPU without NVML's counter, an NVML error)
+        outcome.details[ENERGY_UNAVAILABLE] = recorder.energy_unavailable
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     outcome.details["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended

@@ -17,11 +17,13 @@ def test_the_table_names_exactly_the_results_table_s_metric_columns():
 
 def test_what_the_rank_merge_reads_is_in_the_table():
     for metric in METRICS.values():
-        if metric.rate_of:
-            assert METRICS[metric.rate_of].ranks == RANK_ONLY, metric.name  # a rank's totals stay its own
+        if metric.rate_of or metric.total_of:
+            assert METRICS[metric.rate_of or metric.total_of].ranks == RANK_ONLY, metric.name  # a rank's own totals
         if metric.ranks == MAX:
             assert METRICS[f"{metric.name}_spread"].ranks == DERIVED
-    assert set(TOTALS) == {"measured_time_s", "measured_tokens", "measured_padded_tokens", "measured_model_flops"}
+    assert set(TOTALS) == {
+        "measured_time_s", "measured_tokens", "measured_padded_tokens", "measured_model_flops", "measured_energy_j",
+    }  # fmt: skip
 
 
 def test_a_row_with_an_unknown_merge_is_refused():
@@ -43,5 +45,6 @@ def test_throughput_is_the_totals_over_the_time():
 def test_the_per_step_columns_keep_their_order_in_steps_csv():
     assert STEP_COLUMNS == (
         "step", "step_time_s", "non_padding_tokens", "padded_tokens", "model_flops", "loss", "eval_loss",
-        "peak_allocated_bytes", "peak_reserved_bytes", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries", "is_warmup",
+        "peak_allocated_bytes", "peak_reserved_bytes", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries", "energy_j",
+        "is_warmup",
     )  # fmt: skip

@@ -11,7 +11,19 @@ import pytest
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.metrics import DERIVED, MAX, MEASURED_TIME, METRICS, RANK0, RANK_ONLY, SUM, TOTALS
+from finetune_bench.measuring.metrics import (
+    DERIVED,
+    MAX,
+    MEASURED_TIME,
+    MEASURED_TOKENS,
+    METRICS,
+    PER_TOKEN,
+    RANK0,
+    RANK_ONLY,
+    SUM,
+    TOTAL,
+    TOTALS,
+)
 from finetune_bench.results.record import RankSummary, RunResult
 from finetune_bench.running.ranks import RankReport, combined_metrics, merge_ranks, rank_figure
 
@@ -92,6 +104,13 @@ def test_the_rank_merge_follows_the_metrics_table_for_each_kind():
             figures = [rank_figure(report.summary, metric.name) for report in reports]
             assert merged[metric.name] == max(figures) != rank0.metrics[metric.name], metric.name
             assert merged[f"{metric.name}_spread"] == max(figures) - min(figures) > 0, metric.name
+        elif metric.ranks == TOTAL:
+            summed = sum(report.totals[metric.total_of] for report in reports)
+            assert merged[metric.name] == pytest.approx(summed / metric.per), metric.name
+        elif metric.ranks == PER_TOKEN:
+            summed = sum(report.totals[metric.total_of] for report in reports)
+            tokens = sum(report.totals[MEASURED_TOKENS] for report in reports)
+            assert merged[metric.name] == pytest.approx(summed / tokens), metric.name
         elif metric.ranks == RANK_ONLY:
             assert metric.name not in merged, metric.name
         else:
