@@ -92,7 +92,8 @@ def pinned_attention(attention_name: str, device: torch.device, dtype: torch.dty
         raise AttentionNotRunnable(
             f"attention {attention.name!r}: PyTorch's {attention.sdpa_backend} kernel cannot run a call of this "
             f"run on {device} in {str(dtype).removeprefix('torch.')} (PyTorch's warnings in the run's log say why: "
-            f"e.g. an attention mask, which padded batches need, or a head size it does not take): {exc}"
+            "e.g. an attention mask, which padded batches need, grouped-query attention (fewer key/value heads than "
+            f"query heads), or a head size it does not take): {exc}"
         ) from exc
 
 
