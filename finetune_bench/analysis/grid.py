@@ -15,6 +15,7 @@ from finetune_bench.analysis.parity import (
 )
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
+from finetune_bench.analysis.stacks import stacks_table
 from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.analysis.tables import (
     arms_vs_baseline,
@@ -80,6 +81,9 @@ class GridAnalysis:
     held_out_verdict: str = ""
     # The price of one GPU-hour the costs are at (0: no price, no cost).
     gpu_hour_price: float = 0.0
+    # Two or more stacks against the baseline: each ranked by speed with its memory, energy, loss parity and whether
+    # it is on the speed-memory Pareto front (`analysis.stacks.stacks_table`); empty otherwise.
+    stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyze_table(
@@ -105,6 +109,7 @@ def analyze_table(
     fitting = largest_fitting_batch(table, swept)
     capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
     held_out = held_out_parity(table, swept)
+    paired = paired_comparison(table, swept, alpha)
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -117,7 +122,7 @@ def analyze_table(
         ranks=ranks if ranks is not None else pd.DataFrame(),
         summary=summary,
         comparison=comparison,
-        paired=paired_comparison(table, swept, alpha),
+        paired=paired,
         alpha=alpha,
         fitting=fitting,
         recommended=recommendations(summary, swept, capacity),
@@ -128,6 +133,7 @@ def analyze_table(
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
         held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
         gpu_hour_price=gpu_hour_price,
+        stacks=stacks_table(paired, table, swept),
     )
 
 

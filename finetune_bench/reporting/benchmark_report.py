@@ -663,8 +663,72 @@ def _runs_tab(a: GridAnalysis) -> str:
     return table_html(a.table[[c for c in a.table.columns if c not in ("error_tail", "reused")]])
 
 
+def _stacks_figure(stacks: pd.DataFrame, swept: list[str]) -> plt.Figure:
+    """Speed against memory, both as ratios to the baseline (at 1, 1), one panel per point of the other axes:
+    stacks on the Pareto front filled, the others hollow."""
+    facets = [axis for axis in swept if axis != "arm"]
+    data = stacks.assign(panel=_panels(stacks, facets))
+    panels = list(dict.fromkeys(data["panel"]))
+    palette = arm_palette(data["arm"])
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.5, 5 * len(panels)), 4.2), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        rows = data[(data["panel"] == panel) & data["throughput_ratio"].notna() & data["peak_reserved_ratio"].notna()]
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.scatter([1.0], [1.0], marker="s", color="black")
+        ax.annotate(BASELINE, (1.0, 1.0), textcoords="offset points", xytext=(5, -10), fontsize=8)
+        for row in rows.itertuples(index=False):
+            color = palette[row.arm]
+            ax.scatter([row.peak_reserved_ratio], [row.throughput_ratio], s=60, edgecolors=color,
+                       facecolors=color if row.pareto else "none", linewidths=1.5)  # fmt: skip
+            ax.annotate(row.arm, (row.peak_reserved_ratio, row.throughput_ratio), textcoords="offset points",
+                        xytext=(5, 4), fontsize=8)  # fmt: skip
+        ax.set_xlabel("peak reserved memory × baseline (lower: leaner)")
+        ax.set_ylabel("throughput × baseline (higher: faster)")
+        ax.set_title(panel)
+    fig.suptitle("Stacks: speed against memory (filled: on the Pareto front)")
+    fig.tight_layout()
+    return fig
+
+
+def _stacks_tab(a: GridAnalysis) -> str | None:
+    """Two or more stacks against the baseline: the leaderboard at each point of the other axes, and speed against
+    memory with the stacks no other one beats on both (no tab with fewer stacks)."""
+    if a.stacks.empty:
+        return None
+    stacks, others = a.stacks, [axis for axis in a.swept if axis != "arm"]
+    shown = stacks[["rank", "arm", *others, "pairs"]].copy()
+    missing = pd.Series(float("nan"), index=stacks.index)
+    for name, label in (
+        ("throughput", "throughput"),
+        ("peak_reserved", "peak reserved"),
+        ("energy_per_token", "energy per token"),
+    ):
+        if f"{name}_ratio" in stacks:
+            bounds = (stacks.get(f"{name}_ci_low", missing), stacks.get(f"{name}_ci_high", missing))
+            shown[f"{label} ×"] = [
+                _ratio_text(*values) for values in zip(stacks[f"{name}_ratio"], *bounds, strict=True)
+            ]
+    shown["loss matched"] = stacks["loss_match"]
+    shown["Pareto front"] = stacks["pareto"].map(
+        {True: "yes", False: "no: another stack (or the baseline) is faster and leaner"}
+    )
+    parts = [
+        "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
+        f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (from {MIN_PAIRS_FOR_CI} pairs), the "
+        "ratios of peak reserved memory and energy per token, and how many of its runs' losses matched the "
+        "baseline's. A stack off the Pareto front is beaten on both speed and memory by another one here, or by the "
+        "baseline: it is never the one to train with on this model, batch and sequence length.</p>",
+        table_html(shown),
+    ]
+    if "peak_reserved_ratio" in stacks and stacks["peak_reserved_ratio"].notna().any():
+        parts.append(figure_html(_stacks_figure(stacks, a.swept), "stacks: speed against memory"))
+    return "\n".join(parts)
+
+
 # The tabs after the Summary, in order; a renderer that returns None leaves its tab out.
 TABS: tuple[tuple[str, Callable[[GridAnalysis], str | None]], ...] = (
+    ("Stacks", _stacks_tab),
     ("Throughput", _throughput_tab),
     ("Memory", _memory_tab),
     ("Speedup", _speedup_tab),

@@ -1,0 +1,58 @@
+"""The Stacks view: stacks ranked by speed against the baseline, the speed-memory Pareto front, and the tab."""
+
+from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.reporting.benchmark_report import grid_report
+from finetune_bench.results.record import RunResult
+
+GIB = 1024**3
+# (throughput, peak reserved GiB) of each arm: liger is fast and lean, compile faster but fatter, cce as fast as the
+# baseline and leaner, and compile+cce slower and fatter than compile (beaten on both).
+SHAPES = {
+    "baseline": (100.0, 60.0),
+    "liger": (135.0, 27.0),
+    "compile": (140.0, 42.0),
+    "cce": (100.0, 36.0),
+    "compile+cce": (120.0, 45.0),
+    "baseline_repeat": (100.0, 60.0),
+}
+
+
+def _grid(arms: list[str], shapes: dict[str, tuple[float, float]] = SHAPES):
+    experiment = ExperimentArgs(arm=arms, per_device_train_batch_size=[8])
+    planned = plan_runs(experiment, TrainingArgs(backend="plain_loop"), n_runs=3)
+    results = []
+    for run in planned:
+        speed, memory = shapes[run.training_args.arm]
+        metrics = {"tokens_per_second": speed + run.run_number, "peak_reserved_bytes": memory * GIB}
+        results.append(
+            RunResult(run.condition_id, run.run_number, run.swept_axes, run.training_args, "ok", metrics=metrics)
+        )
+    return analyze_grid(planned, results, {})
+
+
+def test_stacks_are_ranked_by_speed_and_those_beaten_on_speed_and_memory_are_off_the_front():
+    analysis = _grid(list(SHAPES))
+    stacks = analysis.stacks.set_index("arm")
+    assert list(analysis.stacks["arm"]) == ["compile", "liger", "compile+cce", "cce"]  # the A/A repeat is no stack
+    assert list(analysis.stacks["rank"]) == [1, 2, 3, 4]
+    assert stacks.loc["liger", "throughput_ratio"] > 1.3 and stacks.loc["liger", "peak_reserved_ratio"] == 0.45
+    assert stacks["pareto"].to_dict() == {"compile": True, "liger": True, "compile+cce": False, "cce": False}
+    # cce: as fast as the baseline within a token per second (ratio just above 1) and leaner; but liger is both
+    assert stacks.loc["cce", "throughput_ratio"] < stacks.loc["liger", "throughput_ratio"]
+    assert (stacks["pairs"] == 3).all() and stacks["throughput_ci_low"].notna().all()
+    tab = grid_report(analysis).sections["Stacks"]
+    assert "no: another stack (or the baseline) is faster and leaner" in tab and "data:image/png;base64," in tab
+    assert list(grid_report(analysis).sections)[:2] == ["Summary", "Stacks"]
+
+
+def test_a_stack_slower_and_fatter_than_the_baseline_is_beaten_by_the_baseline():
+    shapes = {**SHAPES, "cce": (90.0, 70.0)}
+    analysis = _grid(["baseline", "liger", "cce"], shapes)
+    assert analysis.stacks.set_index("arm")["pareto"].to_dict() == {"liger": True, "cce": False}
+
+
+def test_one_stack_has_no_stacks_view():
+    analysis = _grid(["baseline", "liger", "baseline_repeat"])
+    assert analysis.stacks.empty and "Stacks" not in grid_report(analysis).sections
