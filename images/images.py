@@ -92,7 +92,17 @@ training_image = _project_image(
 
 # The analysis task needs no GPU stack (it never imports torch, a tested property): the same pins minus the
 # training stack and what needs torch keeps it light.
-TRAINING_ONLY = ("torch", "triton", "trl", "liger-kernel", "accelerate", "peft", "bitsandbytes")
+TRAINING_ONLY = (
+    "torch",
+    "triton",
+    "trl",
+    "liger-kernel",
+    "cut-cross-entropy",
+    "torchao",
+    "accelerate",
+    "peft",
+    "bitsandbytes",
+)
 analysis_image = _project_image(
     "finetune-bench-analysis",
     packages=[pin for pin in locked_packages() if _name(pin) not in TRAINING_ONLY],

@@ -5,10 +5,15 @@ batch × seq tokens (no padding), gradient clipping at 1.0 (the HF Trainer's def
 weights; step time taken with the GPU synchronized
 at each step's end. Prints one JSON line.
 
-    python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--liger] [--cce]
+    python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
+        [--num-hidden-layers N]
 
---cce: the loss by Cut Cross-Entropy (`cut_cross_entropy.linear_cross_entropy` on the last hidden state and the
-LM head's weight, its defaults, targets shifted by one), the model's own loss otherwise.
+--arm: an arm as the benchmark's inputs name it (`baseline`, `liger`, `liger-without-loss+cce`, `float8+compile`,
+...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
+the arm's switches; the loss by Cut Cross-Entropy (`cut_cross_entropy.linear_cross_entropy` on the last hidden
+state and the LM head's weight, its defaults, targets shifted by one), the model's own loss otherwise; torchao's
+`convert_to_float8_training` (the LM head left out); `model.compile()` (the decoder's, when the loss starts from
+its hidden states). `--liger` and `--cce` are short for those arms.
 """
 
 import argparse
@@ -19,6 +24,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import architecture_config
 
 
@@ -31,11 +37,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--max-grad-norm", type=float, default=1.0, help="0: no clipping")
+    parser.add_argument("--arm", default="", help="an arm of the benchmark's grammar")
     parser.add_argument("--liger", action="store_true", help="Liger's default kernels for the model type")
     parser.add_argument("--cce", action="store_true", help="the loss by Cut Cross-Entropy")
+    parser.add_argument("--num-hidden-layers", type=int, default=0, help="the architecture with this many layers")
     opts = parser.parse_args()
+    arm = parse_arm(
+        opts.arm or "+".join(name for name, on in (("liger", opts.liger), ("cce", opts.cce)) if on) or "baseline"
+    )
 
     config_dict = architecture_config(opts.arch)
+    if opts.num_hidden_layers:
+        config_dict = {**config_dict, "num_hidden_layers": opts.num_hidden_layers}
     config = AutoConfig.for_model(
         config_dict["model_type"], **{k: v for k, v in config_dict.items() if k not in ("model_type", "_name_or_path")}
     )
@@ -43,10 +56,20 @@ def main() -> None:
     torch.manual_seed(0)
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    if opts.liger:
+    if arm.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        _apply_liger_kernel_to_instance(model=model)
+        _apply_liger_kernel_to_instance(model=model, **arm.liger_flags(config.model_type))
+    if arm.float8:
+        from torchao.float8 import convert_to_float8_training
+
+        convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "lm_head")
+    if arm.compile:
+        if arm.liger:  # Liger's kernels traced by dynamo give wrong losses
+            from finetune_bench.running.liger_patching import keep_liger_out_of_compiled_graphs
+
+            keep_liger_out_of_compiled_graphs()
+        (model.model if arm.cce else model).compile()
     model.config.use_cache = False
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr)
@@ -58,7 +81,7 @@ def main() -> None:
     last = time.perf_counter()
     for _ in range(opts.steps):
         ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
-        if opts.cce:
+        if arm.cce:
             from cut_cross_entropy import linear_cross_entropy
 
             hidden = model.model(input_ids=ids).last_hidden_state
@@ -80,8 +103,8 @@ def main() -> None:
         json.dumps(
             {
                 "arch": opts.arch,
-                "liger": opts.liger,
-                "cce": opts.cce,
+                "arm": arm.name,
+                "num_hidden_layers": config.num_hidden_layers,
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,

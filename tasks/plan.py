@@ -11,6 +11,7 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from finetune_bench.inputs.arms import component_notes
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
@@ -78,7 +79,10 @@ def plan_benchmark(
     )
     plan = BenchmarkPlan(runs, execution, prediction)
     estimate = estimate_plan(plan)
-    notes = "".join(f"\nnote: {note}" for note in ([] if dry_run else cluster_notes(results_store)))
+    arms = [run.training_args.arm for run in runs if not run.refused]
+    notes = "".join(
+        f"\nnote: {note}" for note in [*component_notes(arms), *([] if dry_run else cluster_notes(results_store))]
+    )
     print(f"the plan:\n{plan_text(estimate)}{notes}", flush=True)
     plan.runs = with_predictions(runs, estimate, skip_predicted_oom)
     return plan

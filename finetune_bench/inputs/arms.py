@@ -5,7 +5,10 @@ An arm is `baseline`, `baseline_repeat`, or components joined by `+`:
 - `liger`: Liger's kernels with Liger's defaults for the model type (`apply_liger_kernel_to_<type>()`);
 - `liger:<kernel>`: that one Liger kernel alone, every other kernel off (an ablation), e.g.
   `liger:rope`, `liger:rms_norm`, `liger:swiglu`, `liger:fused_linear_cross_entropy`; the kernel
-  names are the switches of Liger's own patch functions;
+  names are the switches of Liger's own patch functions; `liger:<kernel>,<kernel>,...` a set of them;
+- `liger-without-loss`: Liger's defaults for the model type with its loss kernels (`cross_entropy`,
+  `fused_linear_cross_entropy`) off: its layer kernels only, e.g. beside `cce` (`liger-without-loss+cce`, what
+  axolotl users run);
 - `compile`: the model compiled with `torch.compile` (after Liger, so Liger's kernels are compiled in);
 - `switchback`: the decoder's linear layers replaced by bitsandbytes' SwitchBack int8 linear layers
   (the `switchback` extra, bitsandbytes 0.49.2, the last release with them; a CUDA GPU only);
@@ -13,6 +16,10 @@ An arm is `baseline`, `baseline_repeat`, or components joined by `+`:
   logits never in the GPU's memory (the criterion `cce` in place of the model's own loss). Only a backend that
   computes the loss itself runs it (`catalog.Backend.computes_loss_itself`). With Liger (`liger:rope+cce`) the
   Liger part must leave Liger's loss kernels off: they and CCE would both compute the loss.
+- `float8`: torchao's float8 training (`torchao.float8.convert_to_float8_training`): the decoder's linear layers
+  compute their matmuls in float8 with dynamic scales, the LM head stays in the model's dtype. Full fine-tunes on a
+  GPU of compute capability 8.9 or newer (an H100, an L4, ...); torchao's float8 is meant to be compiled
+  (`float8+compile`): eager, its casts cost more than the float8 matmuls gain.
 
 `baseline_repeat` trains exactly like `baseline`; listing both asks for an A/A comparison, whose
 spread is the noise floor a real difference must clear. Every other arm is compared with `baseline`.
@@ -28,12 +35,32 @@ from finetune_bench.inputs.loss_paths import CCE_CRITERION
 BASELINE = "baseline"
 BASELINE_REPEAT = "baseline_repeat"
 LIGER = "liger"
+LIGER_WITHOUT_LOSS = "liger-without-loss"
 COMPILE = "compile"
 SWITCHBACK = "switchback"
 CCE = CCE_CRITERION  # the component computes the loss as the criterion of the same name does
-COMPONENTS = (LIGER, COMPILE, SWITCHBACK, CCE)
+FLOAT8 = "float8"
+COMPONENTS = (LIGER, LIGER_WITHOUT_LOSS, COMPILE, SWITCHBACK, CCE, FLOAT8)
+# What the float8 component needs: torchao, and a GPU with float8 matmuls (compute capability 8.9: Ada, Hopper).
+FLOAT8_MODULE = "torchao"
+FLOAT8_INSTALL_HINT = "pip install torchao"
+FLOAT8_MIN_CAPABILITY = (8, 9)
 # Liger's loss kernels: they only act when the model's own forward computes the loss.
 LOSS_KERNELS = ("cross_entropy", "fused_linear_cross_entropy")
+
+
+def component_notes(arm_names: list[str]) -> list[str]:
+    """What the plan says about arms that run but not as their components are meant to (e.g. float8 eager)."""
+    notes = []
+    for name in dict.fromkeys(arm_names):
+        arm = parse_arm(name)
+        if arm.float8 and not arm.compile:
+            notes.append(
+                f"arm {name!r}: torchao's float8 training is meant to run compiled; eager, its casts and scales cost "
+                f"more than its float8 matmuls gain (torchao's documentation), so expect it slower than the baseline. "
+                f"'{FLOAT8}+{COMPILE}' is the fast form"
+            )
+    return notes
 
 
 class ArmError(ValueError):
@@ -42,19 +69,44 @@ class ArmError(ValueError):
 
 @dataclass(frozen=True)
 class Arm:
-    """A parsed arm: which components are on, and for Liger which kernel alone (None: Liger's defaults)."""
+    """A parsed arm: which components are on, and for Liger which kernels (`liger_kernels`; empty: Liger's
+    defaults for the model type, without its loss kernels when `liger_without_loss`)."""
 
     name: str
     liger: bool = False
-    liger_kernel: str | None = None
+    liger_kernels: tuple[str, ...] = ()
+    liger_without_loss: bool = False
     compile: bool = False
     switchback: bool = False
     cce: bool = False
+    float8: bool = False
 
     @property
     def is_baseline(self) -> bool:
         """Nothing switched on (`baseline` and `baseline_repeat`)."""
-        return not (self.liger or self.compile or self.switchback or self.cce)
+        return not (self.liger or self.compile or self.switchback or self.cce or self.float8)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The components switched on, each as `COMPONENTS` names it (`liger:<kernels>` counts as `liger`)."""
+        on = {
+            LIGER: self.liger and not self.liger_without_loss,
+            LIGER_WITHOUT_LOSS: self.liger_without_loss,
+            COMPILE: self.compile,
+            SWITCHBACK: self.switchback,
+            CCE: self.cce,
+            FLOAT8: self.float8,
+        }
+        return tuple(component for component in COMPONENTS if on[component])
+
+    def liger_kernel_names(self, model_type: str) -> tuple[str, ...]:
+        """The Liger kernels the arm switches on for `model_type` (none outside a liger arm)."""
+        if not self.liger:
+            return ()
+        if self.liger_kernels:
+            return self.liger_kernels
+        kernels = default_kernels(model_type)
+        return tuple(k for k in kernels if k not in LOSS_KERNELS) if self.liger_without_loss else kernels
 
     def loss_criterion(self, criterion: str) -> str:
         """The criterion that computes a condition's loss: the `cce` component's in place of `criterion` (which
@@ -62,17 +114,19 @@ class Arm:
         return CCE_CRITERION if self.cce else criterion
 
     def liger_flags(self, model_type: str) -> dict[str, bool]:
-        """Keyword arguments for Liger's patch function of `model_type`: none for Liger's defaults, else
-        every switch off but the chosen kernel's."""
-        if not self.liger or self.liger_kernel is None:
+        """Keyword arguments for Liger's patch function of `model_type`: none for Liger's defaults, else every
+        switch off but the chosen kernels' (Liger's defaults but its loss kernels for `liger-without-loss`)."""
+        if not self.liger or not (self.liger_kernels or self.liger_without_loss):
             return {}
         switches = kernel_switches(model_type)
-        if self.liger_kernel not in switches:
+        missing = [kernel for kernel in self.liger_kernels if kernel not in switches]
+        if missing:
             raise ArmError(
-                f"arm {self.name!r}: Liger has no {self.liger_kernel!r} kernel for model type {model_type!r}; "
-                f"it has {list(switches)}"
+                f"arm {self.name!r}: Liger has no {' / '.join(map(repr, missing))} kernel for model type "
+                f"{model_type!r}; it has {list(switches)}"
             )
-        return {switch: switch == self.liger_kernel for switch in switches}
+        chosen = self.liger_kernel_names(model_type)
+        return {switch: switch in chosen for switch in switches}
 
 
 @functools.cache
@@ -164,35 +218,48 @@ def parse_arm(name: str) -> Arm:
     if name in (BASELINE, BASELINE_REPEAT):
         return Arm(name=name)
     parts = name.split("+")
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, ...]] = {}
     for part in parts:
-        component, _, kernel = part.partition(":")
+        component, colon, kernel_list = part.partition(":")
         if component not in COMPONENTS:
             raise ArmError(
                 f"arm {name!r}: unknown component {part!r}{closest(component, [*COMPONENTS, BASELINE])}; an arm is "
                 f"{BASELINE!r}, {BASELINE_REPEAT!r}, or {' / '.join(COMPONENTS)} joined by '+' "
-                "(e.g. 'compile+liger', 'liger:rope')"
+                "(e.g. 'compile+liger', 'liger:rope', 'liger:rope,rms_norm', 'liger-without-loss+cce')"
             )
         if component in found:
             raise ArmError(f"arm {name!r} names {component!r} twice")
-        if kernel and component != LIGER:
-            raise ArmError(f"arm {name!r}: only liger takes a kernel (liger:<kernel>), got {part!r}")
-        if component == LIGER and ":" in part and kernel not in all_kernels():
+        if colon and component != LIGER:
+            raise ArmError(f"arm {name!r}: only liger takes kernels (liger:<kernel>[,<kernel>...]), got {part!r}")
+        kernels = tuple(kernel_list.split(",")) if colon else ()
+        unknown = [kernel for kernel in kernels if kernel not in all_kernels()]
+        if unknown:
+            hint = closest(unknown[0], list(all_kernels()))
             raise ArmError(
-                f"arm {name!r}: Liger has no kernel {kernel!r}{closest(kernel, list(all_kernels()))}; "
-                f"its kernels: {list(all_kernels())}"
+                f"arm {name!r}: Liger has no kernel {' / '.join(map(repr, unknown))}{hint}; its kernels: "
+                f"{list(all_kernels())}"
             )
-        found[component] = kernel
-    if CCE in found and LIGER in found and found[LIGER] in LOSS_KERNELS:
+        if len(set(kernels)) < len(kernels):
+            raise ArmError(f"arm {name!r} names a Liger kernel twice")
+        found[component] = kernels
+    if LIGER in found and LIGER_WITHOUT_LOSS in found:
         raise ArmError(
-            f"arm {name!r}: Liger's {found[LIGER]} kernel and Cut Cross-Entropy both compute the loss, and one run "
-            f"has one loss; compare them as two arms ('liger:{found[LIGER]}', 'cce')"
+            f"arm {name!r}: {LIGER!r} and {LIGER_WITHOUT_LOSS!r} both choose Liger's kernels; name one of them"
+        )
+    loss_kernels = [kernel for kernel in found.get(LIGER, ()) if kernel in LOSS_KERNELS]
+    if CCE in found and loss_kernels:
+        raise ArmError(
+            f"arm {name!r}: Liger's {loss_kernels[0]} kernel and Cut Cross-Entropy both compute the loss, and one run "
+            f"has one loss; compare them as two arms ('liger:{loss_kernels[0]}', 'cce'), or use "
+            f"'{LIGER_WITHOUT_LOSS}+cce'"
         )
     return Arm(
         name=name,
-        liger=LIGER in found,
-        liger_kernel=found.get(LIGER) or None,
+        liger=LIGER in found or LIGER_WITHOUT_LOSS in found,
+        liger_kernels=found.get(LIGER, ()),
+        liger_without_loss=LIGER_WITHOUT_LOSS in found,
         compile=COMPILE in found,
         switchback=SWITCHBACK in found,
         cce=CCE in found,
+        float8=FLOAT8 in found,
     )

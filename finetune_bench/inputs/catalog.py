@@ -25,9 +25,10 @@ class Backend:
     do: the criteria it runs, whether it implements `packing`, whether it trains LoRA adapters (`lora_rank` > 0),
     whether it tokenizes the examples itself (`running.backends.data.tokenize_prompt_completion`; TRL's
     SFTTrainer tokenizes on its own), whether it trains (builds an optimizer and steps it; on several GPUs
-    only one that trains runs) or measures forward passes only, and whether it computes the loss itself from the
-    model's outputs, so that an arm component that replaces the loss (`cce`) can run in it (the Trainers take the
-    loss the model's forward returns)."""
+    only one that trains runs) or measures forward passes only, and whether an arm component that replaces the loss
+    (`cce`) can run in it: the plain loop computes the loss itself, the Trainers through their `compute_loss`
+    (`running.backends.trainer_common.cut_cross_entropy_trainer`) on one GPU; on several, the Trainers' DDP and FSDP
+    wrappers own the forward, which Cut Cross-Entropy's call of the decoder alone would bypass."""
 
     name: str
     criteria: tuple[str, ...]
@@ -36,14 +37,23 @@ class Backend:
     own_tokenization: bool = True
     trains: bool = True
     computes_loss_itself: bool = False
+    # the loss computed by the backend on one GPU only (the Trainers: see above)
+    own_loss_one_gpu_only: bool = False
 
 
 # Each backend's record, by name (the names `TrainingArgs.backend` accepts).
 BACKENDS = {
     backend.name: backend
     for backend in (
-        Backend("trl_sft", ("model", "trl"), packing=True, own_tokenization=False),
-        Backend("hf_trainer", ("model",), lora=True),
+        Backend(
+            "trl_sft",
+            ("model", "trl"),
+            packing=True,
+            own_tokenization=False,
+            computes_loss_itself=True,
+            own_loss_one_gpu_only=True,
+        ),
+        Backend("hf_trainer", ("model",), lora=True, computes_loss_itself=True, own_loss_one_gpu_only=True),
         Backend("plain_loop", PLAIN_LOOP_CRITERIA, packing=True, computes_loss_itself=True),
         Backend("forward_only", PLAIN_LOOP_CRITERIA, trains=False, computes_loss_itself=True),
     )

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from finetune_bench.inputs.arms import (
+    FLOAT8_INSTALL_HINT,
+    FLOAT8_MIN_CAPABILITY,
+    FLOAT8_MODULE,
     LOSS_KERNELS,
     Arm,
     default_kernels,
@@ -187,12 +190,13 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
                 f"{training_args.model_name!r}){where}; Liger patches {supported_model_types()}. "
                 "This condition is not run; the others are."
             )
-        if kind is not None and arm.liger_kernel and arm.liger_kernel not in kernel_switches(kind):
+        missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind)]
+        if missing:
             raise ConditionRefused(
-                f"arm {arm.name!r}: Liger has no {arm.liger_kernel!r} kernel for model type {kind!r}{where}; "
-                f"it has {list(kernel_switches(kind))}"
+                f"arm {arm.name!r}: Liger has no {' / '.join(map(repr, missing))} kernel for model type "
+                f"{kind!r}{where}; it has {list(kernel_switches(kind))}"
             )
-        if arm.liger_kernel in LOSS_KERNELS and criterion != "model":
+        if set(arm.liger_kernels) & set(LOSS_KERNELS) and criterion != "model":
             raise SpecError(
                 f"arm {arm.name!r} with criterion {criterion!r}{where}: the loss is computed outside the "
                 "model, so this Liger loss kernel would never run; use criterion 'model'"
@@ -200,6 +204,38 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
     if arm.switchback and training_args.device == "cpu":
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
     _check_cut_cross_entropy(training_args, arm, where)
+    _check_float8(training_args, arm, where)
+
+
+def _check_float8(training_args: TrainingArgs, arm: Arm, where: str) -> None:
+    """torchao's float8 training where it can run: a full fine-tune (LoRA's adapters train beside frozen weights
+    float8 does not convert), no other replacement of the linear layers (SwitchBack), a CUDA device, and torchao
+    installed (looked up where planning runs: the training image). The GPU's compute capability (8.9 or newer) is
+    known only on the machine that trains (`running.float8.check_float8_runs_here`)."""
+    t = training_args
+    if not arm.float8:
+        return
+    if t.lora_rank > 0:
+        raise SpecError(
+            f"arm {arm.name!r} with lora_rank {t.lora_rank}{where}: float8 training converts the full linear layers "
+            "it trains, and LoRA trains adapters beside frozen weights; use lora_rank 0 (a full fine-tune)"
+        )
+    if arm.switchback:
+        raise SpecError(
+            f"arm {arm.name!r}{where}: SwitchBack and float8 both replace the linear layers' matmuls; compare them "
+            "as two arms"
+        )
+    if t.device == "cpu":
+        raise SpecError(
+            f"arm {arm.name!r}{where}: float8 training needs a CUDA GPU of compute capability "
+            f"{'.'.join(map(str, FLOAT8_MIN_CAPABILITY))} or newer, and device is 'cpu'"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec(FLOAT8_MODULE) is None:
+        raise SpecError(
+            f"arm {arm.name!r}{where} needs the package torchao, which is not installed here: {FLOAT8_INSTALL_HINT}"
+        )
 
 
 def _check_cut_cross_entropy(training_args: TrainingArgs, arm: Arm, where: str) -> None:
@@ -217,12 +253,18 @@ def _check_cut_cross_entropy(training_args: TrainingArgs, arm: Arm, where: str) 
             f"outside the model's forward, and {t.backend!r} takes the loss the model's forward returns; use backend "
             f"{own_loss[0]!r} (backends {own_loss} compute the loss themselves)"
         )
+    if arm.cce and record.own_loss_one_gpu_only and t.world_size > 1:
+        raise SpecError(
+            f"arm {arm.name!r} with backend {t.backend!r} on {t.world_size} GPUs{where}: the Trainer's DDP/FSDP "
+            "wrapper owns the forward, and Cut Cross-Entropy calls the decoder alone; use backend 'plain_loop' on "
+            "several GPUs"
+        )
     if arm.cce and t.criterion not in ("model", CCE_CRITERION):
         raise SpecError(
             f"arm {arm.name!r} with criterion {t.criterion!r}{where}: the arm's Cut Cross-Entropy computes the loss, "
             f"and so would criterion {t.criterion!r}; use criterion 'model' (the arm then replaces the model's loss)"
         )
-    if arm.cce and arm.liger and arm.liger_kernel is None:
+    if arm.cce and arm.liger and not arm.liger_kernels and not arm.liger_without_loss:
         kind = model_type(t.model_name)
         switched_on = sorted(set(default_kernels(kind)) & set(LOSS_KERNELS)) if kind is not None else []
         if kind is None or switched_on:
@@ -234,8 +276,8 @@ def _check_cut_cross_entropy(training_args: TrainingArgs, arm: Arm, where: str) 
             )
             raise SpecError(
                 f"arm {arm.name!r}{where}: Liger's defaults {which}, which would compute the loss as Cut "
-                "Cross-Entropy does; for Liger's layer kernels with CCE's loss use arm 'liger' with criterion 'cce', "
-                "or one layer kernel with the arm (e.g. 'liger:rope+cce')"
+                "Cross-Entropy does; for Liger's layer kernels with CCE's loss use arm 'liger-without-loss+cce' "
+                "(or 'liger' with criterion 'cce'), or chosen layer kernels with the arm (e.g. 'liger:rope+cce')"
             )
     if t.dtype == "float32" and t.device != "cpu" and record.trains:
         raise SpecError(

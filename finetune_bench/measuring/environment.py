@@ -34,7 +34,18 @@ def environment(device: torch.device) -> dict[str, str]:
         "device_type": device.type,
         "lock_sha256": lock_digest(),
     }
-    for package in ("torch", "triton", "transformers", "trl", "peft", "liger-kernel", "datasets", "accelerate"):
+    for package in (
+        "torch",
+        "triton",
+        "transformers",
+        "trl",
+        "peft",
+        "liger-kernel",
+        "cut-cross-entropy",
+        "torchao",
+        "datasets",
+        "accelerate",
+    ):
         try:
             env[package] = md.version(package)
         except md.PackageNotFoundError:

@@ -139,19 +139,14 @@ class Step:
 
 def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
     """The Liger kernels a condition switches on (none outside a liger arm)."""
-    from finetune_bench.inputs.arms import default_kernels
-
-    arm = parse_arm(args.arm)
-    if not arm.liger:
-        return frozenset()
-    if arm.liger_kernel:
-        return frozenset({arm.liger_kernel})
-    return frozenset(default_kernels(model_type))
+    return frozenset(parse_arm(args.arm).liger_kernel_names(model_type))
 
 
 def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) -> Step:
     """The step a condition trains; NoPrediction for what the model does not cover."""
     arm = parse_arm(args.arm)
+    if arm.float8:
+        raise NoPrediction("float8 training's casts, scales and float8 copies of the weights are not modelled")
     if arm.compile:
         raise NoPrediction("torch.compile fuses operations and changes what is saved: not modelled")
     if arm.switchback:

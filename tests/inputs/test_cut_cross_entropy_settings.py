@@ -55,18 +55,21 @@ def test_a_liger_loss_kernel_beside_cce_is_not_an_arm(kernel):
 def test_liger_s_defaults_beside_cce_are_refused_for_a_model_whose_defaults_compute_the_loss():
     message = refusal(arm="liger+cce", model_name="random:tiny-llama")
     assert "model type 'llama' switch on ['fused_linear_cross_entropy']" in message
-    assert "arm 'liger' with criterion 'cce'" in message and "'liger:rope+cce'" in message
+    assert "'liger-without-loss+cce'" in message and "'liger:rope+cce'" in message
     # a hub id's type is known only once downloaded
     assert "known only once it is downloaded" in refusal(arm="liger+cce", model_name="someone/some-model")
     # what the refusal offers instead plans
     validate_condition(condition(arm="liger", criterion="cce", device="cuda"), {})
+    validate_condition(condition(arm="liger-without-loss+cce", model_name="random:tiny-llama", device="cuda"), {})
 
 
 @pytest.mark.parametrize("backend", ["trl_sft", "hf_trainer"])
-def test_the_cce_arm_is_refused_by_a_backend_that_takes_the_model_s_loss(backend):
-    message = refusal(arm="cce", backend=backend)
-    assert f"arm 'cce' does not run with backend {backend!r}" in message
-    assert "use backend 'plain_loop'" in message
+def test_the_cce_arm_runs_in_a_trainer_on_one_gpu_and_is_refused_on_several(backend):
+    validate_condition(condition(arm="cce", backend=backend, device="cuda"), {})
+    validate_condition(condition(arm="liger-without-loss+cce", backend=backend, device="cuda"), {})
+    message = refusal(arm="cce", backend=backend, num_gpus=2, parallelism="ddp", device="cuda")
+    assert f"arm 'cce' with backend {backend!r} on 2 GPUs" in message
+    assert "use backend 'plain_loop' on several GPUs" in message
 
 
 def test_the_cce_criterion_is_refused_by_a_trainer_backend():

@@ -81,18 +81,19 @@ def test_a_criterion_its_backend_cannot_run_is_rejected_with_the_condition():
 @pytest.mark.parametrize(
     "name, liger, kernel, compiled, switchback",
     [
-        ("baseline", False, None, False, False),
-        ("baseline_repeat", False, None, False, False),
-        ("liger", True, None, False, False),
-        ("liger:rope", True, "rope", False, False),
-        ("compile", False, None, True, False),
-        ("compile+liger", True, None, True, False),
-        ("switchback", False, None, False, True),
+        ("baseline", False, (), False, False),
+        ("baseline_repeat", False, (), False, False),
+        ("liger", True, (), False, False),
+        ("liger:rope", True, ("rope",), False, False),
+        ("liger:rope,swiglu", True, ("rope", "swiglu"), False, False),
+        ("compile", False, (), True, False),
+        ("compile+liger", True, (), True, False),
+        ("switchback", False, (), False, True),
     ],
 )
 def test_arm_names_parse_into_what_they_switch_on(name, liger, kernel, compiled, switchback):
     arm = parse_arm(name)
-    assert (arm.liger, arm.liger_kernel, arm.compile, arm.switchback) == (liger, kernel, compiled, switchback)
+    assert (arm.liger, arm.liger_kernels, arm.compile, arm.switchback) == (liger, kernel, compiled, switchback)
     assert arm.is_baseline == (not (liger or compiled or switchback))
 
 
@@ -101,7 +102,7 @@ def test_arm_names_parse_into_what_they_switch_on(name, liger, kernel, compiled,
     [
         ("ligr", r"unknown component 'ligr' \(did you mean 'liger'\?\)"),
         ("liger+liger", "names 'liger' twice"),
-        ("compile:rope", "only liger takes a kernel"),
+        ("compile:rope", "only liger takes kernels"),
         ("liger:rmsnorm", r"no kernel 'rmsnorm' \(did you mean 'rms_norm'\?\)"),
     ],
 )

@@ -86,3 +86,19 @@ def test_a_plain_loop_run_of_the_cce_arm_records_cce_and_trains_as_torch_s_loss(
     cce_losses = pd.read_csv(cce.steps_file)["loss"].tolist()
     reference_losses = pd.read_csv(reference.steps_file)["loss"].tolist()
     assert cce_losses == pytest.approx(reference_losses, rel=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["hf_trainer", "trl_sft"])
+def test_a_trainer_run_of_the_cce_arm_trains_as_the_model_s_own_loss(
+    tmp_path, tiny_dataset_dir, tiny_model_dir, backend
+):
+    # gradient accumulation: the Trainer normalizes by the step's labelled tokens, and so must CCE's sum
+    cce = run(
+        tmp_path, tiny_dataset_dir, tiny_model_dir, "cce", backend=backend, arm="cce", gradient_accumulation_steps=2
+    )
+    reference = run(tmp_path, tiny_dataset_dir, tiny_model_dir, "model", backend=backend, gradient_accumulation_steps=2)
+    assert cce.loss_path == "cce" and reference.loss_path == "hf_cross_entropy"
+    assert cce.details["cce_implementation"] == "torch_compile"
+    cce_losses = pd.read_csv(cce.steps_file)["loss"].tolist()
+    reference_losses = pd.read_csv(reference.steps_file)["loss"].tolist()
+    assert len(cce_losses) == 2 and cce_losses == pytest.approx(reference_losses, rel=1e-4)

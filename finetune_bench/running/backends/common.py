@@ -14,6 +14,7 @@ from finetune_bench.inputs.loss_paths import LossPath
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.profiling import PROFILE_DIR, profile_after_training
 from finetune_bench.measuring.steps import StepRecorder
+from finetune_bench.running.float8 import apply_float8, check_float8_runs_here
 from finetune_bench.running.liger_patching import apply_liger, keep_liger_out_of_compiled_graphs, unwrap_peft
 from finetune_bench.running.switchback import apply_switchback
 from finetune_bench.sources.models import is_random_init, load_model_config
@@ -114,6 +115,7 @@ class LoadedModel:
     random_init: bool
     liger_patches: dict[str, int] = field(default_factory=dict)
     switchback_layers: int = 0
+    float8_layers: int = 0
 
 
 def check_optimizer_device(args: TrainingArgs, device: torch.device) -> None:
@@ -132,6 +134,8 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_optimizer_device(args, device)  # every backend loads through here: fail before the load
+    if parse_arm(args.arm).float8:
+        check_float8_runs_here(device)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
@@ -161,7 +165,8 @@ def load_model(
 
 def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
     """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's
-    choice, then the backend's `liger_flags`), then torch.compile (lazy: it compiles what the model
+    choice, then the backend's `liger_flags`), then float8 linear layers (Liger's SwiGLU still calls the MLP's linear
+    layers, which float8 then runs), then torch.compile (lazy: it compiles what the model
     has become by its first forward, LoRA adapters or gradient checkpointing included; Liger's kernels run
     eagerly between its graphs)."""
     model = loaded.model
@@ -170,6 +175,8 @@ def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
     if arm.liger:
         flags = {**arm.liger_flags(model.config.model_type), **liger_flags}
         loaded.liger_patches = apply_liger(model, **flags)
+    if arm.float8:
+        loaded.float8_layers = apply_float8(model)
     if arm.compile:
         if arm.liger:  # traced by dynamo, Liger's kernels gave wrong losses (see keep_liger_out_of_compiled_graphs)
             keep_liger_out_of_compiled_graphs()
@@ -183,6 +190,7 @@ def run_details(loaded: LoadedModel, loss_path: LossPath) -> dict:
         "loss_path": loss_path.name,
         "liger_patches": loaded.liger_patches,
         "switchback_layers": loaded.switchback_layers,
+        "float8_layers": loaded.float8_layers,
         # compiled before a LoRA wrapper was put around it: look inside peft's wrapper
         "compiled": bool(getattr(unwrap_peft(model), "_compiled_call_impl", None)),
         "random_init": loaded.random_init,

@@ -6,6 +6,9 @@ exactly as in the plain loop: the difference between the two backends is the Tra
 
 With `lora_rank` > 0 the model is wrapped for LoRA (see `finetune_bench.running.backends.lora`) after Liger
 patched it, and the Trainer trains the adapters only.
+
+With the arm's `cce` component the Trainer computes the loss with Cut Cross-Entropy from the last hidden states
+(`trainer_common.cut_cross_entropy_trainer`), Liger's loss kernels off.
 """
 
 from functools import partial
@@ -13,13 +16,16 @@ from pathlib import Path
 
 import torch
 
+from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
+from finetune_bench.running.backends.plain_loop import loss_details
 from finetune_bench.running.backends.trainer_common import (
+    cut_cross_entropy_trainer,
     recording_callback,
     recording_trainer,
     trainer_step_function,
@@ -40,7 +46,12 @@ def train(
 ) -> dict:
     from transformers import Trainer, TrainingArguments
 
-    loaded = load_model(args, model_dir, device, dtype)
+    arm = parse_arm(args.arm)
+    criterion = arm.loss_criterion(args.criterion)
+    if arm.cce:  # Cut Cross-Entropy computes the loss: Liger's loss kernels stay off
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+    else:
+        loaded = load_model(args, model_dir, device, dtype)
     loaded.model.config.use_cache = False
     if args.lora_rank > 0:  # after load_model: Liger patches the base model, peft wraps the patched model
         loaded.model = apply_lora(loaded.model, args)
@@ -48,12 +59,13 @@ def train(
     recorder.attach_model(loaded.model)
     # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
     # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
-    path = loss_path(loaded.model, args.criterion)
+    path = loss_path(loaded.model, criterion)
     training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
     require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
-    trainer = recording_trainer(Trainer, recorder)(
+    trainer_class = cut_cross_entropy_trainer(Trainer) if arm.cce else Trainer
+    trainer = recording_trainer(trainer_class, recorder)(
         model=loaded.model,
         args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
         train_dataset=data,
@@ -66,7 +78,7 @@ def train(
     profiled = profile_after_timed_steps(
         args, recorder, trainer_step_function(trainer), device, work_dir
     )  # a failure: a detail
-    details = {**run_details(loaded, path), **profiled}
+    details = {**run_details(loaded, path), **loss_details(path, device), **profiled}
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)
     return details

@@ -44,7 +44,7 @@ from finetune_bench.running.backends.data import (
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.distributed import TrainingModule, gradient_sync, rank_sampler, share_model, unshared
-from finetune_bench.running.liger_patching import loss_path
+from finetune_bench.running.liger_patching import loss_path, unwrap_peft
 from finetune_bench.sources.datasets import load_training_and_held_out
 
 if TYPE_CHECKING:
@@ -135,6 +135,36 @@ def cce_implementation(device: torch.device) -> str:
     return "cce" if device.type == "cuda" else "torch_compile"
 
 
+def cut_cross_entropy_loss(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], reduction: str = "mean"
+) -> torch.Tensor:
+    """Cut Cross-Entropy's loss of the batch from the decoder's last hidden states and the LM head's weight (the
+    logits never whole in memory): the mean over the labelled tokens, or with `reduction: sum` their sum. A LoRA
+    model (peft's wrapper) is called inside the wrapper, its adapters in place."""
+    from cut_cross_entropy import linear_cross_entropy
+
+    model = unwrap_peft(model)
+    hidden = last_hidden_states(model, batch)
+    lm_head = model.get_output_embeddings()
+    if lm_head.bias is not None:
+        raise ValueError(
+            f"Cut Cross-Entropy ({CCE_CRITERION!r}) takes no LM-head bias, and this model's LM head has one; its loss "
+            "would be wrong"
+        )
+    # shift=True: position i predicts the label at i + 1, as transformers (and `next_token_labels`) shift;
+    # IGNORE_INDEX skipped.
+    return linear_cross_entropy(
+        hidden,
+        lm_head.weight,
+        batch["labels"],
+        ignore_index=IGNORE_INDEX,
+        softcap=getattr(model.config, "final_logit_softcapping", None),
+        reduction=reduction,
+        shift=True,
+        impl=cce_implementation(hidden.device),
+    )
+
+
 def loss_function(criterion: str) -> LossFunction:
     """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
     if criterion == "model":
@@ -151,30 +181,7 @@ def loss_function(criterion: str) -> LossFunction:
 
         return fused
     if criterion == CCE_CRITERION:
-        from cut_cross_entropy import linear_cross_entropy
-
-        def cut_cross_entropy(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            hidden = last_hidden_states(model, batch)
-            lm_head = model.get_output_embeddings()
-            if lm_head.bias is not None:
-                raise ValueError(
-                    f"criterion {CCE_CRITERION!r}: Cut Cross-Entropy takes no LM-head bias, and this model's LM head "
-                    "has one; its loss would be wrong"
-                )
-            # shift=True: position i predicts the label at i + 1, as transformers (and `next_token_labels`) shift;
-            # the mean is over the labelled tokens, IGNORE_INDEX skipped.
-            return linear_cross_entropy(
-                hidden,
-                lm_head.weight,
-                batch["labels"],
-                ignore_index=IGNORE_INDEX,
-                softcap=getattr(model.config, "final_logit_softcapping", None),
-                reduction="mean",
-                shift=True,
-                impl=cce_implementation(hidden.device),
-            )
-
-        return cut_cross_entropy
+        return cut_cross_entropy_loss
     if criterion == "liger_cross_entropy":
         from liger_kernel.transformers import LigerCrossEntropyLoss
 

@@ -111,6 +111,34 @@ def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
     return RecordingTrainer
 
 
+def cut_cross_entropy_trainer(trainer_class: type) -> type:
+    """`trainer_class` computing the loss with Cut Cross-Entropy (the arm's `cce` component) from the decoder's last
+    hidden states, the logits never computed. Normalized as transformers' own causal-LM loss is: with
+    `num_items_in_batch` (the labelled tokens of the whole optimizer step, which the Trainer counts for gradient
+    accumulation) the sum over the micro-batch divided by it, else the micro-batch's mean; then scaled as
+    `Trainer.compute_loss` scales a loss that was normalized that way."""
+    from finetune_bench.running.backends.plain_loop import cut_cross_entropy_loss
+
+    class CutCrossEntropyTrainer(trainer_class):
+        def compute_loss(
+            self,
+            model: torch.nn.Module,
+            inputs: dict[str, torch.Tensor | Any],
+            return_outputs: bool = False,
+            num_items_in_batch: torch.Tensor | int | None = None,
+        ) -> torch.Tensor:
+            if return_outputs:  # the Trainer's own evaluation, which no backend runs (HeldOutEvaluator does)
+                raise NotImplementedError("Cut Cross-Entropy computes a loss and no model outputs")
+            if num_items_in_batch is None:
+                return cut_cross_entropy_loss(model, inputs)
+            loss = cut_cross_entropy_loss(model, inputs, reduction="sum") / num_items_in_batch
+            if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs:
+                loss = loss * self.accelerator.num_processes
+            return loss
+
+    return CutCrossEntropyTrainer
+
+
 def trainer_step_function(trainer: "transformers.Trainer") -> Callable[[], None]:
     """One more optimizer step taken as the Trainer's loop takes one (its micro-batches through `training_step`,
     gradient clipping, optimizer and scheduler steps), outside that loop: for the profiled steps after training,

@@ -5,7 +5,8 @@ TRL 1.16 computes the loss with its own chunked LM-head log-probabilities, whate
 transformers' Trainer and TRL before 1.0 did: the baseline is transformers' cross entropy on the
 full logits and the liger arm Liger's fused linear cross entropy, as in the blog. `criterion: trl`
 keeps TRL's loss for both arms; its liger arm then replaces the layer kernels (RoPE, RMSNorm,
-SwiGLU/GeGLU) only.
+SwiGLU/GeGLU) only. The arm's `cce` component computes the loss with Cut Cross-Entropy from the last hidden
+states instead (`trainer_common.cut_cross_entropy_trainer`), Liger's loss kernels off.
 """
 
 from pathlib import Path
@@ -13,12 +14,15 @@ from typing import Any
 
 import torch
 
+from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import check_packing_isolates_examples, require_one_batch
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
+from finetune_bench.running.backends.plain_loop import loss_details
 from finetune_bench.running.backends.trainer_common import (
+    cut_cross_entropy_trainer,
     recording_callback,
     recording_trainer,
     trainer_step_function,
@@ -40,9 +44,14 @@ def train(
     from transformers import Trainer
     from trl import SFTConfig, SFTTrainer
 
-    if args.criterion == "trl":
+    arm = parse_arm(args.arm)
+    criterion = arm.loss_criterion(args.criterion)
+    if criterion == "trl":
         loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
         trainer_class = SFTTrainer
+    elif arm.cce:  # Cut Cross-Entropy computes the loss: Liger's loss kernels stay off
+        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+        trainer_class = cut_cross_entropy_trainer(SFTTrainer)
     else:
         loaded = load_model(args, model_dir, device, dtype)
 
@@ -60,7 +69,7 @@ def train(
         trainer_class = ModelLossSFTTrainer
     # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
     # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
-    path = loss_path(loaded.model, args.criterion)
+    path = loss_path(loaded.model, criterion)
     recorder.attach_model(loaded.model)
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
@@ -93,4 +102,4 @@ def train(
     profiled = profile_after_timed_steps(
         args, recorder, trainer_step_function(trainer), device, work_dir
     )  # a failure: a detail
-    return {**run_details(loaded, path), **profiled}
+    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
