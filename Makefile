@@ -13,7 +13,7 @@ LOCK := requirements.lock
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 export FLYTECTL_CONFIG := $(CURDIR)/flyte-local.yaml
 
-.PHONY: demo test test-all run plan frontier kernels install install-dev lint lock docs clean
+.PHONY: demo test test-all run plan migrate frontier kernels install install-dev lint lock docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ plan: $(VENV)/.installed
 	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
 	  grep -v 'UserWarning\|parser = \|return super\|pieces = ' $(RUN_DIR)/plan.log; \
 	  test $$status -eq 0 && echo "plan: $$(ls $(abspath $(RUN_DIR))/*plan.html)"; exit $$status
+
+# An inputs file written for the Union tutorial's workflow (use_liger, dataset, bf16, num_train_epochs, ...) converted
+# to this project's settings, written to OUT (default: beside it, <name>.migrated.yaml); prints what it changed, what
+# it left out and what it could not convert. Then `make plan INPUTS=<the converted file>`.
+#   make migrate INPUTS=phi3_inputs.yaml OUT=inputs/phi3_mine.yaml
+migrate: $(VENV)/.installed
+	@$(BIN)/python -m finetune_bench.inputs.migrate $(INPUTS) $(if $(OUT),--out $(OUT))
 
 # The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit so that the
 # frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.

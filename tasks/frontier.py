@@ -76,10 +76,15 @@ def plan_frontier(
     searches = checked(
         lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
-        lambda: check_plan_settings(gpu_kind, gpu_memory_gib, 0.0),
+        lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     return FrontierPlan(searches, execution)
+
+
+def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
+    """The GPU a dry run predicts for (no price: the frontier has none)."""
+    check_plan_settings(gpu_kind, gpu_memory_gib, 0.0)
 
 
 @task(

@@ -5,10 +5,18 @@ pass and silently keeps the last value (`max_steps: 4` then `max_steps: 8` train
 the 4). Installed by the workflow modules before the CLI reads the file: a repeated key is then a YAML
 error, which the CLI reports as a bad `--inputs-file`, naming the key and its lines, before anything runs.
 An empty inputs file, or one whose top level is a list, is one the same way (the CLI would crash on it).
+
+The CLI then converts the inputs one by one and stops at the first that fails. A workflow registered with
+`read_inputs_whole` has its inputs file read as a whole first (`finetune_bench.inputs.reading`): every problem of
+every input in one message, with a hint for a file written for the Union tutorial (`finetune_bench.inputs.migrate`).
 """
 
+import sys
 import types
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import click
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
@@ -51,7 +59,44 @@ def _inputs_mapping(stream: str) -> dict:
             f"the inputs file must be a mapping of workflow inputs (e.g. `training_args: {{...}}`, `n_runs: 2`); "
             f"it is {what}"
         )
+    context = click.get_current_context(silent=True)  # the workflow's command, parsing its arguments
+    check = _WHOLE_FILE_CHECKS.get(context.info_name) if context is not None else None
+    if check is not None:
+        check(data)
     return data
+
+
+# Workflow name → the check of a whole inputs file for it (`read_inputs_whole`).
+_WHOLE_FILE_CHECKS: dict[str, Callable[[dict], None]] = {}
+
+
+def read_inputs_whole(workflow: Any, settings_checks: Sequence[Callable[..., None]] = ()) -> None:
+    """Have the CLI read an inputs file of `workflow` as a whole before converting it: a file with an input that
+    cannot be read is refused with every problem of the file (`finetune_bench.inputs.reading.check_inputs_file`; the
+    workflow's own settings by `settings_checks`, which planning runs too), and a one-line hint when it uses the
+    Union tutorial's keys. Installs `require_unique_keys` too (idempotent)."""
+    from finetune_bench.inputs.errors import SpecError
+    from finetune_bench.inputs.migrate import migration_hint
+    from finetune_bench.inputs.reading import check_inputs_file
+
+    name = workflow.name.rsplit(".", 1)[-1]
+    interface = workflow.python_interface.inputs_with_defaults
+
+    def check(data: dict) -> None:
+        try:
+            check_inputs_file(data, interface, name, settings_checks)
+        except SpecError as error:
+            hint = migration_hint(data, _inputs_file_argument())
+            raise click.BadParameter(str(error) + (f"\n{hint}" if hint else ""), param_hint="'--inputs-file'") from None
+
+    _WHOLE_FILE_CHECKS[name] = check
+    require_unique_keys()
+
+
+def _inputs_file_argument() -> str:
+    """The `--inputs-file` of this process's command line, if it has one."""
+    argv = sys.argv
+    return next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--inputs-file"), "")
 
 
 def require_mapping() -> None:

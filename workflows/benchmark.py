@@ -13,15 +13,17 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, RunSettings
+from finetune_bench.inputs.reading import check_n_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import check_training_data, download_sources
 from tasks.dynamic import dynamic_node
-from tasks.inputs_yaml import require_unique_keys
-from tasks.plan import plan_benchmark, report_plan
+from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
+from tasks.plan import check_prediction_settings, plan_benchmark, report_plan
 from tasks.records import TrainOutput
 from tasks.registration import REGISTRATION_ENV
 from tasks.train import concatenate_outputs, runs_by_layout
@@ -149,3 +151,8 @@ def benchmarking_experiment(
         .then(measure_grid(plan=plan, training_args=training_args))
     )
     return results, steps, report, files
+
+
+# An inputs file is read as a whole before the CLI converts it input by input: every problem at once, the workflow's
+# own settings checked as planning checks them.
+read_inputs_whole(benchmarking_experiment, (check_n_runs, validate_run_settings, check_prediction_settings))

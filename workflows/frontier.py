@@ -19,7 +19,9 @@ from finetune_bench.frontier.settings import (
     SeqLengthSearch,
 )
 from finetune_bench.inputs.plan import RunSettings
+from finetune_bench.inputs.reading import check_n_runs
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.inputs.validation import validate_run_settings
 from images import analysis_image
 from tasks.analysis import require_nothing_lost
 from tasks.data import download_sources
@@ -27,13 +29,14 @@ from tasks.dynamic import dynamic_node
 from tasks.frontier import (
     FrontierOutputs,
     FrontierPlan,
+    check_frontier_prediction,
     plan_frontier,
     plan_frontier_throughput,
     report_frontier,
     report_frontier_plan,
     search_memory_frontier,
 )
-from tasks.inputs_yaml import require_unique_keys
+from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
 from tasks.registration import REGISTRATION_ENV
 from workflows.benchmark import run_benchmark
 
@@ -158,3 +161,8 @@ def memory_frontier(
         )
     )
     return frontiers, probe_table, throughput, report
+
+
+# An inputs file is read as a whole before the CLI converts it input by input: every problem at once, the workflow's
+# own settings checked as planning checks them.
+read_inputs_whole(memory_frontier, (check_n_runs, validate_run_settings, check_frontier_prediction))

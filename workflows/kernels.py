@@ -13,7 +13,7 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.kernels.settings import KernelBenchmarkSettings
 from images import analysis_image
 from tasks.dynamic import dynamic_node
-from tasks.inputs_yaml import require_unique_keys
+from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
 from tasks.kernels import KernelOutputs, benchmark_kernel, plan_kernels, report_kernels
 from tasks.registration import REGISTRATION_ENV
 
@@ -40,3 +40,7 @@ def kernel_benchmark(sweep: KernelBenchmarkSettings = SMOKE_SWEEP) -> KernelOutp
     kernels, not_benchmarked = plan_kernels(sweep=sweep)
     rows = run_kernels(sweep=sweep, kernels=kernels)
     return report_kernels(sweep=sweep, rows=rows, not_benchmarked=not_benchmarked)
+
+
+# An inputs file is read as a whole before the CLI converts it: its unknown inputs and the sweep's problems at once.
+read_inputs_whole(kernel_benchmark)

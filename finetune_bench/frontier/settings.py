@@ -76,6 +76,9 @@ class BatchSizeSearch(StrictFromJson):
 
     SECTION = "batch_size_search"
 
+    def check(self) -> None:
+        _enabled(self)
+
     # Search this dimension at all; the first batch size probed, and the largest one tried.
     enabled: bool = flag(True)
     start: int = at_least(1, minimum=1)
@@ -87,6 +90,9 @@ class SeqLengthSearch(StrictFromJson):
     """The largest max_seq_length, a multiple of `granularity`, that trains at batch size `batch_size`."""
 
     SECTION = "seq_length_search"
+
+    def check(self) -> None:
+        _enabled(self)
 
     # Search this dimension at all.
     enabled: bool = flag(True)
@@ -106,6 +112,14 @@ class ProbeSettings(StrictFromJson):
     and re-probes of the frontier."""
 
     SECTION = "probes"
+
+    def check(self) -> None:
+        problems = Problems()
+        with problems.check():
+            check_fields(self, self.SECTION)
+        with problems.check():
+            _check_probe_steps(self)
+        problems.raise_if_any()
 
     # Optimizer steps per probe, and how many of them are warm-up (left out of the probe's timing).
     max_steps: int = at_least(2, minimum=1)

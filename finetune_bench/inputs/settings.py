@@ -30,6 +30,7 @@ from finetune_bench.inputs.catalog import (
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.model_overrides import check_config_overrides_syntax, check_model_config_overrides
+from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
 
 
 class StrictFromJson:
@@ -44,15 +45,20 @@ class StrictFromJson:
 
     @classmethod
     def from_json(cls, text: str, **_):
-        data = json.loads(text)
         try:
-            check_section(cls, cls.SECTION, data)
-            value = cls(**data)
-            value.check()
+            return cls.from_mapping(json.loads(text))
         except SpecError as exc:
             import click  # only the CLI calls this: it prints a click error, one line a problem, no traceback
 
             raise click.BadParameter(str(exc)) from None
+
+    @classmethod
+    def from_mapping(cls, data: Any, section: str = ""):
+        """The section read from `data` (its keys, their types, then `check`), every problem in one SpecError;
+        `section`: how the inputs spell where it came from (default `SECTION`)."""
+        check_section(cls, section or cls.SECTION, data)
+        value = cls(**data)
+        value.check()
         return value
 
     def check(self) -> None:
@@ -118,13 +124,19 @@ def check_fields(settings: Any, section: str, names: Collection[str] | None = No
 def _check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False) -> None:
     """One value of field `f`: its type when `typed` (a number also finite and within int64), then its rules."""
     if typed:
-        _check_type(key, f.type, value)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"{key} must be a finite number, got {value!r}")
-        if is_integer(value) and abs(value) > _INT64_MAX:
-            raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
+        check_value(key, f.type, value)
     for rule in f.metadata.get(_RULES, ()):
         rule(key, value)
+
+
+def check_value(key: str, annotation: Any, value: Any) -> None:
+    """`value` of the annotated type (bool, int, float, str), a number also finite and within int64: a setting's
+    value, or a workflow's own input (`n_runs`, `alpha`, ...)."""
+    _check_type(key, annotation, value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{key} must be a finite number, got {value!r}")
+    if is_integer(value) and abs(value) > _INT64_MAX:
+        raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
 
 
 def _check_type(key: str, annotation: Any, value: Any) -> None:
@@ -404,7 +416,7 @@ def smoke_experiment() -> "ExperimentArgs":
 
 # Keys users bring from Liger's and TRL's own switches, and from earlier versions of these inputs.
 _LIGER_SWITCH_HINT = "liger on/off is the arm axis: arm: [liger, baseline]"
-_RENAMED = {"use_liger": _LIGER_SWITCH_HINT, "use_liger_kernel": _LIGER_SWITCH_HINT, "liger": _LIGER_SWITCH_HINT}
+_RENAMED = {key: _LIGER_SWITCH_HINT for key in ("liger", *(k for k, e in TUTORIAL_KEYS.items() if e.setting == "arm"))}
 # Names other tools give settings that spelling alone would match to another one (`batch_size` is nearer
 # `per_device_eval_batch_size` than the training batch it means).
 _ALIASES = {"batch_size": "per_device_train_batch_size", "train_batch_size": "per_device_train_batch_size"}
@@ -426,10 +438,13 @@ def check_section(cls: type, section: str, data: Any) -> None:
             if key not in annotations:
                 hint = _RENAMED.get(str(key)) if "arm" in annotations else None
                 alias = _ALIASES.get(str(key))
+                tutorial = TUTORIAL_KEYS.get(str(key)) if cls in (TrainingArgs, ExperimentArgs) else None
                 if hint:
                     suggestion = f" (did you mean 'arm'? {hint})"
                 elif alias in annotations:
                     suggestion = f" (did you mean {alias!r}?)"
+                elif tutorial is not None:
+                    suggestion = tutorial.suggestion
                 else:
                     suggestion = closest(str(key), list(annotations))
                 raise SpecError(f"{section}.{key} is not a setting{suggestion}")

@@ -1,0 +1,173 @@
+"""Inputs files written for the Union tutorial's workflow, converted to this project's settings.
+
+The conversion reads the one table of what the tutorial's keys become here, `finetune_bench.inputs.tutorial`
+(`TUTORIAL_KEYS`), as do the CLI's hint for a file that uses them (`migration_hint`) and the message for each such key.
+
+    python -m finetune_bench.inputs.migrate tutorial_inputs.yaml [--out converted.yaml]     (make migrate INPUTS=...)
+"""
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.inputs.tutorial import DROP, TUTORIAL_KEYS, TutorialKey, flow
+
+# The sections the table applies to, with the settings each takes.
+_SECTIONS = {
+    "experiment_args": {f.name for f in dataclasses.fields(ExperimentArgs)},
+    "training_args": {f.name for f in dataclasses.fields(TrainingArgs)},
+}
+
+
+@dataclass(frozen=True)
+class Converted:
+    """One key converted: `was` and `now` as the file spells them (`use_liger: [true, false]`, `arm: [liger, baseline]`;
+    a key renamed with its value unchanged, the names alone)."""
+
+    section: str
+    was: str
+    now: str
+
+    def __str__(self) -> str:
+        return f"{self.section}.{self.was} → {self.section}.{self.now}"
+
+
+@dataclass
+class Migration:
+    """An inputs file converted: the new inputs, and what was done to each key the conversion touched."""
+
+    inputs: dict[str, Any]
+    changed: list[Converted] = field(default_factory=list)
+    # "section.key: value: why nothing is lost", one per key left out.
+    dropped: list[str] = field(default_factory=list)
+    # "section.key: why it cannot be converted", one per key left out that needs a decision by hand.
+    not_converted: list[str] = field(default_factory=list)
+
+
+def _convert_value(entry: TutorialKey, value: Any) -> Any:
+    """The setting's value for the tutorial's `value` (a list: each element), DROP, or KeyError when it has none."""
+    if not entry.values:
+        return value
+    if isinstance(value, list):
+        converted = [entry.values[v] for v in value]
+        if any(v is DROP for v in converted):
+            raise KeyError(value)
+        return converted
+    return entry.values[value]
+
+
+def migrate(inputs: Mapping[str, Any]) -> Migration:
+    """The tutorial's keys of `training_args` and `experiment_args` converted by `TUTORIAL_KEYS`; any other key of
+    those sections that is no setting here is left out and listed as not converted; everything else as it was."""
+    result = Migration(inputs=dict(inputs))
+    for section, settings in _SECTIONS.items():
+        given = inputs.get(section)
+        if not isinstance(given, dict):
+            continue
+        converted: dict[str, Any] = {}
+        sources: dict[str, str] = {}  # setting → the tutorial key that set it
+        for key, value in given.items():
+            entry = TUTORIAL_KEYS.get(key)
+            if key in settings:
+                converted[key] = value
+                continue
+            where = f"{section}.{key}: {flow(value)}"
+            if entry is None:
+                result.not_converted.append(f"{where}: not a setting here, and no equivalent is known")
+                continue
+            try:
+                new = _convert_value(entry, value)
+            except (KeyError, TypeError):
+                result.not_converted.append(f"{where}: no equivalent for this value ({entry.why or entry.setting})")
+                continue
+            if entry.setting is None or new is DROP:
+                result.dropped.append(f"{where}: {entry.why}")
+                continue
+            if entry.setting in given or entry.setting in sources:
+                other = entry.setting if entry.setting in given else sources[entry.setting]
+                result.not_converted.append(f"{where}: {section}.{other} already sets {entry.setting}")
+                continue
+            sources[entry.setting] = key
+            converted[entry.setting] = new
+            was, now = (
+                (f"{key}: {flow(value)}", f"{entry.setting}: {flow(new)}") if entry.values else (key, entry.setting)
+            )
+            result.changed.append(Converted(section, was, now))
+        result.inputs[section] = converted
+    return result
+
+
+def migration_hint(inputs: Mapping[str, Any], path: str = "") -> str:
+    """One line for a file that uses the tutorial's keys: the equivalent settings, and the command that converts
+    it; empty for any other file."""
+    migration = migrate(inputs)
+    if not migration.changed and not migration.dropped:
+        return ""
+    equivalents = [f"{c.was} → {c.now}" for c in migration.changed]
+    if migration.dropped:
+        equivalents.append(f"{len(migration.dropped)} key(s) with nothing to set here left out")
+    return (
+        f"hint: these are the Union tutorial's keys; `make migrate INPUTS={path or '<this file>'}` writes the file "
+        f"with this project's settings ({'; '.join(equivalents)})"
+    )
+
+
+class _InputsDumper(yaml.SafeDumper):
+    """YAML as the inputs files are written: sections as blocks, a list of values on one line (`[liger, baseline]`)."""
+
+
+_InputsDumper.add_representer(
+    list,
+    lambda dumper, value: dumper.represent_sequence(
+        "tag:yaml.org,2002:seq", value, flow_style=not any(isinstance(v, dict | list) for v in value)
+    ),
+)
+
+
+def default_out(path: Path) -> Path:
+    """Where the converted file goes when no --out is given: beside the file, `<name>.migrated.yaml`."""
+    return path.with_name(f"{path.stem}.migrated.yaml")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m finetune_bench.inputs.migrate",
+        description="Convert an inputs file written for the Union tutorial's workflow to this project's settings.",
+    )
+    parser.add_argument("inputs", type=Path, help="the inputs file (YAML)")
+    parser.add_argument("--out", type=Path, help="where to write the converted file (default: <name>.migrated.yaml)")
+    args = parser.parse_args(argv)
+    try:
+        inputs = yaml.safe_load(args.inputs.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"cannot read {args.inputs}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(inputs, dict):
+        print(f"{args.inputs} is not a mapping of workflow inputs", file=sys.stderr)
+        return 2
+    migration = migrate(inputs)
+    out = args.out or default_out(args.inputs)
+    header = f"# Converted from {args.inputs} by `python -m finetune_bench.inputs.migrate` (make migrate).\n"
+    out.write_text(header + yaml.dump(migration.inputs, Dumper=_InputsDumper, sort_keys=False, width=100))
+    print(f"wrote {out}")
+    for title, lines in (
+        ("changed", [str(c) for c in migration.changed]),
+        ("left out (nothing lost)", migration.dropped),
+        ("NOT converted (left out of the file: set by hand, see docs/settings.md)", migration.not_converted),
+    ):
+        if lines:
+            print(f"{title}:\n" + "\n".join(f"  {line}" for line in lines))
+    if not (migration.changed or migration.dropped or migration.not_converted):
+        print("nothing to convert: the file already uses this project's settings")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

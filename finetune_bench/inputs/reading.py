@@ -1,0 +1,108 @@
+"""An inputs file read as a whole, before anything converts it input by input.
+
+`pyflyte run` / `union run` convert a workflow's inputs one at a time and stop at the first that fails: a file with
+a bad `experiment_args` never has its `training_args` looked at. Here every input of the file is read the way its
+conversion reads it (a settings section by its own checks, `StrictFromJson.from_mapping`; a value by its type), and
+when one cannot be read, the workflow's own settings that could be are checked too, so that one message names every
+problem. A file whose inputs all read is left to planning, which checks the rest (conditions, where outputs go)
+together.
+"""
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from finetune_bench.inputs.errors import Problems, SpecError, closest
+from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, check_value
+from finetune_bench.inputs.validation import check_grid_size
+
+
+@dataclass
+class ReadInputs:
+    """A workflow's inputs as read from a file: every input's value (the file's, or the workflow's default where the
+    file has none or has one that cannot be read), which could not be read, and why."""
+
+    values: dict[str, Any]
+    unread: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def read_inputs(data: Mapping[str, Any], interface: Mapping[str, tuple[Any, Any]], workflow: str) -> ReadInputs:
+    """Read each input of `data` against `interface` (name → (annotation, default)), every problem kept: a key that
+    is no input of `workflow`, a section's unknown keys and bad values, a value of the wrong type."""
+    read = ReadInputs(values={name: default for name, (_, default) in interface.items()})
+    for key, value in data.items():
+        problems = Problems()
+        with problems.check():
+            if key not in interface:
+                raise SpecError(f"{key} is not an input of {workflow}{closest(str(key), list(interface))}")
+            read.values[key] = _read(str(key), interface[key][0], value)
+        if problems.found:
+            read.problems.extend(p for p in problems.found if p not in read.problems)
+            if key in interface:
+                read.unread.append(str(key))
+    return read
+
+
+def _read(key: str, annotation: Any, value: Any) -> Any:
+    """One input's value as its conversion would have it; a SpecError naming every problem of it."""
+    options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    if value is None and type(None) in options:
+        return None
+    (annotation,) = [option for option in options if option is not type(None)][:1] or (annotation,)
+    if isinstance(annotation, type) and issubclass(annotation, StrictFromJson):
+        return annotation.from_mapping(value, key)
+    item = _list_item(annotation)
+    if item is not None and isinstance(item, type) and issubclass(item, StrictFromJson):
+        if not isinstance(value, list):
+            raise SpecError(f"{key} must be a list, got {value!r}")
+        problems, items = Problems(), []
+        for index, element in enumerate(value):
+            with problems.check():
+                items.append(item.from_mapping(element, f"{key}[{index}]"))
+        problems.raise_if_any()
+        return items
+    check_value(key, annotation, value)
+    return value
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _list_item(annotation: Any) -> Any:
+    """The item type of `list[X]`, else None."""
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation) or (None,)
+        return item
+    return None
+
+
+def check_inputs_file(
+    data: Mapping[str, Any],
+    interface: Mapping[str, tuple[Any, Any]],
+    workflow: str,
+    settings_checks: Sequence[Callable[..., None]] = (),
+) -> None:
+    """Refuse an inputs file that has an input which cannot be read, with every problem of the file in one SpecError:
+    each input's, then those of `settings_checks` (checks of the workflow's own settings, each called with the inputs
+    its parameters name; an input that could not be read stands at its default there, so it is named once). A file
+    whose inputs all read passes: planning checks it as a whole."""
+    read = read_inputs(data, interface, workflow)
+    if not read.problems:
+        return
+    problems = Problems()
+    problems.found.extend(read.problems)
+    for check in settings_checks:
+        with problems.check():
+            check(**{name: read.values[name] for name in inspect.signature(check).parameters if name in read.values})
+    problems.raise_if_any()
+
+
+def check_n_runs(n_runs: int) -> None:
+    """`n_runs` alone (a positive integer, at most `MAX_RUNS` repeats of one condition); planning checks it with the
+    grid's size."""
+    check_grid_size(ExperimentArgs(), n_runs)

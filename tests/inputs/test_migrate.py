@@ -1,0 +1,115 @@
+"""The Union tutorial's inputs file: `make migrate` (finetune_bench.inputs.migrate) converts it by the one table of
+the tutorial's keys, says what it changed and what it could not convert, and the converted file plans."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.migrate import main, migrate, migration_hint
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.reading import check_inputs_file
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIAL = Path(__file__).parent / "bad_inputs" / "union_tutorial_full.yaml"
+
+
+def test_every_setting_of_the_table_is_a_setting_and_no_tutorial_key_is_one():
+    training = {f.name for f in dataclasses.fields(TrainingArgs)}
+    for entry in TUTORIAL_KEYS.values():
+        assert entry.key not in training, entry
+        assert entry.setting is None or entry.setting in training, entry
+        assert entry.setting is not None or entry.why, f"{entry.key}: a key left out says why nothing is lost"
+
+
+def test_the_tutorial_file_converts_to_settings_that_plan():
+    migration = migrate(yaml.safe_load(TUTORIAL.read_text()))
+    experiment, training = migration.inputs["experiment_args"], migration.inputs["training_args"]
+    assert experiment == {"arm": ["liger", "baseline"], "per_device_train_batch_size": [16, 24, 32, 40, 48, 56]}
+    assert training["dataset_name"] == "tatsu-lab/alpaca" and training["dtype"] == "bfloat16"
+    assert training["arm"] == "liger" and training["max_steps"] == 40 and training["optim"] == "sgd"
+    assert not {"dataset", "bf16", "use_liger", "num_train_epochs", "report_to"} & set(training)
+    assert [str(c) for c in migration.changed] == [
+        "experiment_args.use_liger: [true, false] → experiment_args.arm: [liger, baseline]",
+        "training_args.dataset → training_args.dataset_name",
+        "training_args.use_liger: true → training_args.arm: liger",
+        "training_args.bf16: true → training_args.dtype: bfloat16",
+    ]
+    assert len(migration.dropped) == 6 and not migration.not_converted
+    # The converted file reads as a whole and plans: 2 arms × 6 batch sizes × 3 runs.
+    from workflows.benchmark import benchmarking_experiment
+
+    check_inputs_file(migration.inputs, benchmarking_experiment.python_interface.inputs_with_defaults, "b")
+    runs = plan_runs(ExperimentArgs.from_mapping(experiment), TrainingArgs.from_mapping(training), 3)
+    assert len(runs) == 36 and not any(run.refused for run in runs)
+
+
+def test_make_migrate_writes_the_file_and_make_plan_runs_it(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "converted.yaml"
+    assert main([str(TUTORIAL), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}" in printed
+    assert "experiment_args.use_liger: [true, false] → experiment_args.arm: [liger, baseline]" in printed
+    assert "training_args.num_train_epochs: 1: every run trains max_steps optimizer steps" in printed
+    assert "NOT converted" not in printed
+    assert "arm: [liger, baseline]" in out.read_text()  # lists written inline, as the inputs files are
+
+    # `make plan INPUTS=<converted>`: the dry run of the benchmark workflow, in this process.
+    from flytekit.clis.sdk_in_container.pyflyte import main as pyflyte
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
+    args = ["run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(out), "--dry_run"]
+    result = CliRunner().invoke(pyflyte, [*args, "--gpu_kind", "H100"])
+    assert result.exit_code == 0, result.output
+    plan = (tmp_path / "export" / "plan.csv").read_text()
+    assert "arm=liger,per_device_train_batch_size=56" in plan and "arm=baseline,per_device_train_batch_size=16" in plan
+
+
+def test_what_cannot_be_converted_is_left_out_and_said(tmp_path, capsys):
+    inputs = {
+        "experiment_args": {"use_liger": [True, False], "bf16": [True, False]},
+        "training_args": {"use_liger": True, "arm": "compile", "eval_strategy": "steps", "gradient_clip": 1.0},
+        "n_runs": 2,
+    }
+    migration = migrate(inputs)
+    assert migration.inputs["training_args"] == {"arm": "compile"} and migration.inputs["n_runs"] == 2
+    assert migration.inputs["experiment_args"] == {"arm": ["liger", "baseline"]}
+    assert migration.not_converted == [
+        "experiment_args.bf16: [true, false]: no equivalent for this value (bf16: false leaves dtype at auto)",
+        "training_args.use_liger: true: training_args.arm already sets arm",
+        "training_args.eval_strategy: steps: no equivalent for this value (held-out evaluation is off unless "
+        "eval_examples is set, see docs/settings.md)",
+        "training_args.gradient_clip: 1.0: not a setting here, and no equivalent is known",
+    ]
+    source = tmp_path / "mine.yaml"
+    source.write_text(yaml.safe_dump(inputs))
+    assert main([str(source)]) == 0
+    printed = capsys.readouterr().out
+    assert (tmp_path / "mine.migrated.yaml").exists()
+    assert "NOT converted (left out of the file" in printed and "training_args.gradient_clip: 1.0" in printed
+
+
+def test_the_hint_is_for_the_tutorials_keys_only():
+    hint = migration_hint(yaml.safe_load(TUTORIAL.read_text()), "phi3_inputs.yaml")
+    assert hint.startswith("hint: these are the Union tutorial's keys; `make migrate INPUTS=phi3_inputs.yaml`")
+    assert "use_liger: [true, false] → arm: [liger, baseline]; dataset → dataset_name" in hint
+    assert "bf16: true → dtype: bfloat16" in hint and "\n" not in hint
+    assert migration_hint(yaml.safe_load((ROOT / "inputs" / "phi3_alpaca.yaml").read_text())) == ""
+    assert migration_hint({"training_args": {"max_stepz": 3}}) == ""
+
+
+def test_each_tutorial_key_says_what_it_is_here():
+    with pytest.raises(SpecError) as refused:
+        TrainingArgs.from_mapping({"bf16": True, "num_train_epochs": 1, "dataset": "x"})
+    assert refused.value.problems == [
+        "training_args.bf16 is not a setting (did you mean 'dtype'? bf16: true is dtype: bfloat16)",
+        "training_args.num_train_epochs is not a setting (nothing to set here: every run trains max_steps optimizer "
+        "steps)",
+        "training_args.dataset is not a setting (did you mean 'dataset_name'?)",
+    ]
