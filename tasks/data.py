@@ -11,7 +11,7 @@ from flytekit import current_context, task
 from flytekit.core.promise import Promise
 from flytekit.types.directory import FlyteDirectory
 
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import PlannedRun, not_launched, nothing_to_launch
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources.datasets import DatasetSource, prepare_dataset
@@ -129,12 +129,19 @@ def check_training_data(
 ) -> list[PlannedRun]:
     """The planned runs, those whose downloaded data cannot fill one batch at their max_seq_length, or whose
     model_config_overrides the downloaded model's config refuses, refused (they end as error results saying why,
-    without being launched on a GPU)."""
+    without being launched on a GPU). A grid none of whose runs is left to launch fails here, naming each reason."""
     from finetune_bench.running.preflight import refuse_invalid_overrides, refuse_unfillable  # torch: only here
 
     model_path = Path(model_dir.download())
     checked = refuse_unfillable(refuse_invalid_overrides(planned, model_path), Path(dataset_dir.download()), model_path)
-    for before, run in zip(planned, checked, strict=True):
-        if run.refused != before.refused:
-            logger.warning("%s run %d: %s", run.condition_id, run.run_number, run.refused)
+    message = nothing_to_launch(checked)
+    if message:
+        raise NothingToLaunch(message)
+    for reason in not_launched([run for before, run in zip(planned, checked, strict=True) if run != before]):
+        logger.warning(reason)
     return checked
+
+
+class NothingToLaunch(click.ClickException):
+    """No run of the grid can be launched: an input error, before any GPU is asked for (a click error: the CLI prints
+    each reason once, without a traceback)."""

@@ -28,7 +28,7 @@ from finetune_bench.analysis.tables import (
     with_cost,
 )
 from finetune_bench.analysis.verdicts import verdicts
-from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.plan import PlannedRun, not_launched
 from finetune_bench.measuring.metrics import GIB
 from finetune_bench.results.record import OK, RunResult
 
@@ -84,6 +84,9 @@ class GridAnalysis:
     # Two or more stacks against the baseline: each ranked by speed with its memory, energy, loss parity and whether
     # it is on the speed-memory Pareto front (`analysis.stacks.stacks_table`); empty otherwise.
     stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Why runs were not launched (refused, or skipped as a sure OOM), each reason once with its runs
+    # (`inputs.plan.not_launched`); the others ran.
+    not_launched: list[str] = field(default_factory=list)
 
 
 def analyze_table(
@@ -156,7 +159,7 @@ def analyze_grid(
     environment = next((r.environment for r in results if r is not None and r.status == OK), {})
     if table.empty:
         return GridAnalysis(table=table, swept=swept, environment=dict(environment), steps=steps, parity=parity)
-    return analyze_table(
+    analysis = analyze_table(
         table,
         swept,
         environment,
@@ -168,3 +171,5 @@ def analyze_grid(
         ranks=ranks_table(results),
         gpu_hour_price=gpu_hour_price,
     )
+    analysis.not_launched = not_launched(planned)
+    return analysis

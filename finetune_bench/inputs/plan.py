@@ -133,3 +133,29 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
         for run_number in range(n_runs)
         for index, point in enumerate(grid)
     ]
+
+
+def not_launched(planned: list[PlannedRun]) -> list[str]:
+    """Why runs of `planned` are not launched (refused, or skipped as a sure out-of-memory): each reason once, in the
+    order first met, with how many runs it stops and the first of their conditions."""
+    runs_by_reason: dict[str, list[PlannedRun]] = {}
+    for run in planned:
+        if run.refused or run.predicted_oom:
+            runs_by_reason.setdefault(run.refused or run.predicted_oom, []).append(run)
+    lines = []
+    for reason, runs in runs_by_reason.items():
+        conditions = list(dict.fromkeys(run.condition_id for run in runs))
+        named = ", ".join(conditions[:3]) + (f" and {len(conditions) - 3} more" if len(conditions) > 3 else "")
+        lines.append(f"{reason} [{len(runs)} run(s): {named}]")
+    return lines
+
+
+def nothing_to_launch(planned: list[PlannedRun]) -> str:
+    """The message for a grid none of whose runs can be launched (an input error: nothing would be measured), each
+    reason once; empty when a run can be launched, or there is none."""
+    if not planned or any(not (run.refused or run.predicted_oom) for run in planned):
+        return ""
+    reasons = not_launched(planned)
+    return f"no run of the grid can be launched ({len(planned)} run(s), none trained); fix the inputs:\n" + "\n".join(
+        f"- {reason}" for reason in reasons
+    )

@@ -517,6 +517,9 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
         + html.escape(", ".join(f"{n} {status}" for status, n in counts.items()))
         + "</p>"
     )
+    if a.not_launched:
+        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in a.not_launched)
+        overview.append(f"<p>Not launched (every other run was):</p><ul>{items}</ul>")
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
