@@ -38,7 +38,7 @@ from finetune_bench.prediction.grid import check_plan_settings, target_gpu
 from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
-from tasks.plan import checked
+from tasks.plan import check_output_locations, checked
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -77,6 +77,7 @@ def plan_frontier(
         lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
         lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
+        lambda: check_output_locations(results_store),
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     return FrontierPlan(searches, execution)

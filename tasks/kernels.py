@@ -13,7 +13,7 @@ from finetune_bench.kernels.report import build_kernel_report, comparison
 from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not_benchmarked, kernels_to_run
 from images import analysis_image, training_image
 from tasks.analysis import publish
-from tasks.plan import checked
+from tasks.plan import check_export_location, checked
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
 
@@ -28,7 +28,9 @@ class KernelPlan(NamedTuple):
 def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
     """The kernels to run, and those Liger ships that have no case here; every problem of the sweep at once,
     before any GPU time is spent."""
-    return KernelPlan(checked(lambda: kernels_to_run(sweep), sweep.check), kernels_not_benchmarked())
+    return KernelPlan(
+        checked(lambda: kernels_to_run(sweep), sweep.check, check_export_location), kernels_not_benchmarked()
+    )
 
 
 @task(

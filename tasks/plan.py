@@ -26,7 +26,7 @@ from finetune_bench.prediction.grid import (
     with_predictions,
 )
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
-from finetune_bench.sources.cache import default_results_store
+from finetune_bench.sources.cache import cache_root, cache_root_key, default_results_store
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
 from tasks.execution import cluster_notes
@@ -133,15 +133,24 @@ def checked(plan: Callable[[], T], *checks: Callable[[], None]) -> T:
 
 
 def check_output_locations(results_store: str) -> None:
-    """The results store, and the export directory a local run copies its outputs to, can take files."""
+    """The cache directory (downloads, the device lock, the default results store), the results store, and the
+    export directory a local run copies its outputs to, can take files."""
     problems = Problems()
     with problems.check():
-        check_writable_location(results_store or str(default_results_store()), "results_store")
+        check_writable_location(str(cache_root()), cache_root_key())
+    if results_store or not problems.found:  # the default store is in the cache directory: named once
+        with problems.check():
+            check_writable_location(results_store or str(default_results_store()), "results_store")
+    with problems.check():
+        check_export_location()
+    problems.raise_if_any()
+
+
+def check_export_location() -> None:
+    """The export directory (`FINETUNE_BENCH_EXPORT_DIR`), when one is set, can take files."""
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
-        with problems.check():
-            check_writable_location(export, EXPORT_DIR_ENV)
-    problems.raise_if_any()
+        check_writable_location(export, EXPORT_DIR_ENV)
 
 
 # The training image: the memory model reads Liger's table (which kernels an arm patches) from the installed

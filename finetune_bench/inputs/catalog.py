@@ -187,35 +187,107 @@ WHERE_PATHS_ARE_READ = (
 
 
 def looks_like_path(name: str) -> bool:
-    """A model or dataset name meant as a local path (not a hub id)."""
-    return name.startswith(("/", "./", "../", "~"))
+    """A model or dataset name meant as a local path (not a hub id); a dataset's `file://` URL is one too."""
+    return name.startswith(("/", "./", "../", "~", FILE_URL))
+
+
+# A dataset may be named by a `file://` URL: it is the local path after the prefix. No other URL names a model or a
+# dataset (they are fetched from the hub, or read from a path mounted where the tasks run).
+FILE_URL = "file://"
+# The most characters a local path may have (Linux's PATH_MAX is 4096 bytes, each name in it at most 255); a name
+# of a hub id is bounded by the hub itself (`huggingface_hub.utils.validate_repo_id`: 96 a part).
+MAX_PATH_CHARS = 4096
+MAX_PATH_PART_BYTES = 255
+# The most characters of a hub dataset's config or split expression (the hub's names are far shorter).
+MAX_NAME_CHARS = 256
+# What else than a hub id an inputs file may name a model or a dataset by, for messages.
+OTHER_MODEL_NAMES = "a local directory ('/…', './…', '~/…') or 'random:<architecture>'"
+OTHER_DATASET_NAMES = "a local path ('/…', './…', '~/…' or a file:// URL) or 'synthetic:<format>'"
+
+
+def local_path(name: str) -> Path:
+    """The local path a model or dataset name stands for (a `file://` URL's path), `~` expanded."""
+    return Path(name.removeprefix(FILE_URL)).expanduser()
+
+
+def check_path_length(key: str, name: str) -> None:
+    """A path the filesystem can take: at most `MAX_PATH_CHARS` characters, each part at most
+    `MAX_PATH_PART_BYTES` bytes (a longer one fails every file operation with `File name too long`)."""
+    path = name.removeprefix(FILE_URL)
+    if len(path) > MAX_PATH_CHARS:
+        raise SpecError(f"{key}: the path is {len(path):,} characters long, at most {MAX_PATH_CHARS:,}: {_short(name)}")
+    long_parts = [part for part in path.split("/") if len(part.encode()) > MAX_PATH_PART_BYTES]
+    if long_parts:
+        raise SpecError(
+            f"{key}: the path has a part of {len(long_parts[0].encode()):,} bytes, at most {MAX_PATH_PART_BYTES} "
+            f"(a file or directory name no filesystem takes): {_short(name)}"
+        )
+
+
+def _short(name: str, keep: int = 60) -> str:
+    """`name` quoted, cut to its first `keep` characters with the count of the rest."""
+    return repr(name) if len(name) <= keep else f"{name[:keep]!r}… ({len(name):,} characters)"
+
+
+def exists_locally(name: str) -> bool:
+    """Whether `name` is an existing local path (False for one the filesystem cannot even look up)."""
+    try:
+        return local_path(name).exists()
+    except (OSError, ValueError):  # too long, a NUL byte
+        return False
+
+
+def check_hub_id(key: str, name: str, others: str) -> None:
+    """A hub repo id as Hugging Face documents it (`huggingface_hub.utils.validate_repo_id`: 'name' or
+    'namespace/name', letters, digits, '-', '_', '.', at most 96 characters a part); `others` says what else the key
+    may name. A relative path that exists here (`data/train.jsonl`) is a local one, as the sources read it."""
+    if "://" in name:
+        scheme = name.split("://", 1)[0]
+        raise SpecError(
+            f"{key}: {_short(name)} is a {scheme}:// URL, which is not read here; name a hub id ('namespace/name'), "
+            f"{others}"
+        )
+    if not name.strip():
+        raise SpecError(f"{key} is empty; name a hub id ('namespace/name'), {others}")
+    if exists_locally(name):
+        return
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise SpecError(
+            f"{key}: {_short(name)} is not a hub id (Hugging Face's shape: 'namespace/name', letters, digits, '-', "
+            f"'_', '.', at most 96 characters a part, no '--' or '..'), nor {others}"
+        ) from None
 
 
 def check_model_name(model_name: str) -> None:
-    """A bundled architecture that exists, or a local path that exists (a hub id is checked when fetched)."""
+    """A bundled architecture that exists, a local path that exists, or a hub id of the hub's shape (whether the
+    hub has it is known when it is fetched)."""
+    key = "training_args.model_name"
     if model_name.startswith(RANDOM_PREFIX):
         arch, known = model_name.removeprefix(RANDOM_PREFIX), architectures()
         if arch not in known:
-            raise SpecError(
-                f"training_args.model_name: no bundled architecture {arch!r}{closest(arch, known)}; known: {known}"
-            )
-    elif looks_like_path(model_name):
+            raise SpecError(f"{key}: no bundled architecture {_short(arch)}{closest(arch, known)}; known: {known}")
+    elif looks_like_path(model_name) and not model_name.startswith(FILE_URL):
+        check_path_length(key, model_name)
         path = Path(model_name).expanduser()
         if not path.exists():
-            raise SpecError(
-                f"training_args.model_name: the local path {model_name!r} does not exist ({WHERE_PATHS_ARE_READ})"
-            )
+            raise SpecError(f"{key}: the local path {model_name!r} does not exist ({WHERE_PATHS_ARE_READ})")
         if not (path.is_dir() and (path / "config.json").is_file()):
-            raise SpecError(
-                f"training_args.model_name: {model_name!r} is not a model directory (a directory with a config.json)"
-            )
+            raise SpecError(f"{key}: {model_name!r} is not a model directory (a directory with a config.json)")
         if not os.access(path / "config.json", os.R_OK):
-            raise SpecError(f"training_args.model_name: {model_name!r} cannot be read")
+            raise SpecError(f"{key}: {model_name!r} cannot be read")
+    else:
+        check_hub_id(key, model_name, OTHER_MODEL_NAMES)
 
 
 def check_dataset(dataset_name: str, config: str, split: str) -> None:
     """A generated format that exists, a local path that exists, or, for a hub dataset known by name, a
     config and split it has (so that a wrong one fails here, not after a download)."""
+    key = "training_args.dataset_name"
     if dataset_name.startswith(SYNTHETIC_PREFIX):
         fmt = dataset_name.removeprefix(SYNTHETIC_PREFIX)
         if fmt not in SYNTHETIC_FORMATS:
@@ -225,7 +297,8 @@ def check_dataset(dataset_name: str, config: str, split: str) -> None:
             )
         return
     if looks_like_path(dataset_name):
-        path = Path(dataset_name).expanduser()
+        check_path_length(key, dataset_name)
+        path = local_path(dataset_name)
         if not path.exists():
             raise SpecError(
                 f"training_args.dataset_name: the local path {dataset_name!r} does not exist ({WHERE_PATHS_ARE_READ})"
@@ -238,6 +311,10 @@ def check_dataset(dataset_name: str, config: str, split: str) -> None:
         if not os.access(path, os.R_OK):
             raise SpecError(f"training_args.dataset_name: {dataset_name!r} cannot be read")
         return
+    check_hub_id(key, dataset_name, OTHER_DATASET_NAMES)
+    for name, value in (("dataset_config", config), ("dataset_split", split)):
+        if len(value) > MAX_NAME_CHARS:
+            raise SpecError(f"training_args.{name}: at most {MAX_NAME_CHARS} characters, got {_short(value)}")
     known = known_dataset(dataset_name)
     if known is None:
         return

@@ -15,13 +15,24 @@ class SpecError(ValueError):
     def __init__(self, *problems: str):
         # A value that equals a secret of the environment (a token pasted into a setting) is never echoed.
         lines = [line for problem in problems for line in str(problem).splitlines() if line.strip()]
-        self.problems = redact(lines)
+        self.problems = [_bounded(line) for line in redact(lines)]
         super().__init__(self._message())
 
     def _message(self) -> str:
         if len(self.problems) == 1:
             return self.problems[0]
         return f"{len(self.problems)} problems in the inputs:\n" + "\n".join(f"- {p}" for p in self.problems)
+
+
+# The most characters of one problem's line: a value echoed in full (a list of a million items from YAML aliases, a
+# name of megabytes) is cut, so that every problem stays a line a user reads.
+MAX_PROBLEM_CHARS = 2000
+
+
+def _bounded(line: str) -> str:
+    if len(line) <= MAX_PROBLEM_CHARS:
+        return line
+    return f"{line[:MAX_PROBLEM_CHARS]}… ({len(line) - MAX_PROBLEM_CHARS:,} more characters)"
 
 
 class ConditionRefused(SpecError):

@@ -73,6 +73,8 @@ _PYTHON_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
 # Integers travel through Flyte's literals as int64.
 _INT64_MAX = 2**63 - 1
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
+# Profiled steps: a trace of a few steps shows every kernel; hundreds would make traces of gigabytes.
+MAX_PROFILE_STEPS = 100
 
 
 def setting(default: Any, *rules: Rule) -> Any:
@@ -272,7 +274,11 @@ class TrainingArgs(StrictFromJson):
     # compares arms by time per category of GPU kernel and lists the top kernels; each run keeps its Chrome trace
     # and, on a GPU, a CUDA memory snapshot (for PyTorch's memory visualizer). The timed steps are not changed.
     profile: bool = False
-    profile_steps: int = positive(3)
+    profile_steps: int = setting(
+        3,
+        requirement(lambda v: v > 0, "must be positive"),
+        requirement(lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"),
+    )
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
@@ -447,7 +453,9 @@ def check_section(cls: type, section: str, data: Any) -> None:
                     suggestion = tutorial.suggestion
                 else:
                     suggestion = closest(str(key), list(annotations))
-                raise SpecError(f"{section}.{key} is not a setting{suggestion}")
+                # A key with spaces around it is quoted, so that they show.
+                shown = repr(key) if isinstance(key, str) and key != key.strip() else key
+                raise SpecError(f"{section}.{shown} is not a setting{suggestion}")
             if cls is ExperimentArgs:
                 if not isinstance(value, list):
                     raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")

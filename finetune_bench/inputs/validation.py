@@ -5,7 +5,6 @@ declared (`finetune_bench.inputs.settings`)."""
 import dataclasses
 import math
 import tempfile
-from pathlib import Path
 from typing import Any
 
 from finetune_bench.inputs.arms import (
@@ -23,8 +22,12 @@ from finetune_bench.inputs.catalog import (
     ATTENTIONS,
     BACKENDS,
     BITSANDBYTES_OPTIMIZERS,
+    FILE_URL,
+    GPUS_PER_NODE,
     PARALLELISMS,
     SYNTHETIC_PREFIX,
+    check_path_length,
+    local_path,
     model_type,
 )
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
@@ -155,12 +158,17 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
         )
     _check_padding(training_args, where)
     _check_lora_and_optimizer(training_args, where)
+    if training_args.eval_steps and not training_args.eval_examples:
+        raise SpecError(
+            f"training_args.eval_steps ({training_args.eval_steps}) with eval_examples 0{where}: nothing is held out, "
+            "so nothing would be evaluated; set eval_examples (the examples to hold out) or eval_steps 0"
+        )
     if training_args.eval_examples and not record.trains:
         raise SpecError(
             f"training_args.eval_examples ({training_args.eval_examples}) with backend {backend!r}{where}: "
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
-    _check_parallelism(training_args, where)
+    _check_parallelism(training_args, where, swept)
     _check_attention_and_allocator(training_args, where)
     if "model_config_overrides" in swept:  # an unswept value is checked with the rest of training_args
         check_model_config_overrides(training_args.model_name, training_args.model_config_overrides, where)
@@ -326,10 +334,17 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
         )
 
 
-def _check_parallelism(training_args: TrainingArgs, where: str) -> None:
-    """A run on several GPUs says how it shares the training, and trains (its backend builds an optimizer)."""
+def _check_parallelism(training_args: TrainingArgs, where: str, swept: dict[str, Any]) -> None:
+    """A run on several GPUs says how it shares the training, and trains (its backend builds an optimizer); a
+    parallelism on one GPU only where the GPU count is swept (the one-GPU point of a scaling grid)."""
     t = training_args
     if t.world_size == 1:
+        if t.parallelism != "none" and not {"num_gpus", "num_nodes"} & swept.keys():
+            raise SpecError(
+                f"training_args.parallelism {t.parallelism!r} with num_gpus 1 × num_nodes 1{where}: a run on one GPU "
+                f"trains without a process group, so {t.parallelism} would change nothing; set num_gpus to "
+                f"{[n for n in GPUS_PER_NODE if n > 1]} (or sweep it) or parallelism 'none'"
+            )
         return
     layout = f"num_gpus {t.num_gpus} × num_nodes {t.num_nodes} ({t.world_size} GPUs)"
     if t.parallelism == "none":
@@ -346,18 +361,32 @@ def _check_parallelism(training_args: TrainingArgs, where: str) -> None:
 
 def check_writable_location(location: str, key: str) -> None:
     """A local directory that exists and takes files, or one that can be created (its nearest existing
-    ancestor is a directory that takes files); a URL (`s3://…`) is left to its filesystem. Checked before any
-    training, so that nothing is measured into a place that cannot keep it."""
-    if "://" in location and not location.startswith("file://"):
+    ancestor is a directory that takes files); a URL (`s3://…`) of a filesystem fsspec knows, left to it. Checked
+    before any training, so that nothing is measured into a place that cannot keep it."""
+    if "://" in location and not location.startswith(FILE_URL):
+        _check_known_protocol(location, key)
         return
-    path = Path(location.removeprefix("file://")).expanduser()
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise SpecError(f"{key}: {str(existing)!r} is not a directory (got {location!r})")
+    check_path_length(key, location)
+    path = local_path(location)
     try:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise SpecError(f"{key}: {str(existing)!r} is not a directory (got {location!r})")
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        raise SpecError(f"{key}: cannot write in {str(existing)!r} ({exc.strerror or exc})") from None
+        raise SpecError(f"{key}: cannot write in {location!r} ({exc.strerror or exc})") from None
+
+
+def _check_known_protocol(url: str, key: str) -> None:
+    """A URL whose protocol fsspec knows (whether its package is installed is up to the machine that writes)."""
+    import fsspec
+
+    protocol = url.split("://", 1)[0]
+    if protocol not in fsspec.available_protocols():
+        raise SpecError(
+            f"{key}: {url!r} is a URL of an unknown protocol {protocol!r}; use a local directory or an fsspec URL "
+            "(s3://, gs://, abfs://, ...)"
+        )

@@ -42,6 +42,9 @@ REFERENCE_PROVIDERS = {
     "kl_div": "torch",
 }
 LIGER, TORCH_COMPILE = "liger", "torch_compile"
+# The largest token count of one point, and the most points a sweep may have.
+MAX_TOKENS = 2**20
+MAX_POINTS = 64
 MODES = ("forward", "backward", "full")
 METRICS = {"speed": "ms", "memory": "MB"}
 DTYPES = ("bfloat16", "float16", "float32")
@@ -65,11 +68,24 @@ def _bundled_architecture(key: str, model: str) -> None:
 def _token_counts(key: str, tokens: list[int]) -> None:
     problems = Problems()
     with problems.check():
-        if not tokens or any(not is_integer(t) or t <= 0 for t in tokens):
+        if not isinstance(tokens, list) or not tokens or any(not is_integer(t) or t <= 0 for t in tokens):
             raise SpecError(f"{key} must be a non-empty list of positive integers, got {tokens!r}")
+    if problems.found:  # the checks below compare integers
+        problems.raise_if_any()
     with problems.check():
         if len(set(tokens)) != len(tokens):
             raise SpecError(f"{key} repeats a value: {tokens!r}")
+    with problems.check():
+        if max(tokens) > MAX_TOKENS:
+            raise SpecError(
+                f"{key}: {max(tokens):,} tokens is more than {MAX_TOKENS:,} (2**20), the most one point may take: "
+                "its inputs alone would not fit a GPU at a model's width"
+            )
+    with problems.check():
+        if len(tokens) > MAX_POINTS:
+            raise SpecError(
+                f"{key}: {len(tokens):,} token counts, at most {MAX_POINTS} (each is a point of every sweep)"
+            )
     problems.raise_if_any()
 
 
@@ -80,8 +96,78 @@ def _known_modes(key: str, modes: list[str]) -> None:
 
 
 def _readable_source(key: str, source: str) -> None:
-    if source and "://" not in source and not Path(source).expanduser().is_file():
+    if not source:
+        return
+    if "://" not in source and not Path(source).expanduser().is_file():
         raise SpecError(f"{key}: {source!r} is not a file ({WHERE_PATHS_ARE_READ}, or a URL)")
+    check_benchmark_data(key, source)
+
+
+# The columns of Liger's benchmark data that the comparison reads (its benchmark/data/all_benchmark_data.csv has
+# these and more).
+BENCHMARK_DATA_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "metric_unit",
+    "x_name",
+    "x_value",
+    "y_value_50",
+    "gpu_name",
+    "liger_version",
+)
+
+
+def check_benchmark_data(key: str, source: str) -> None:
+    """A CSV in Liger's benchmark-data format (local path or fsspec URL): it can be read, has a header with every
+    column of `BENCHMARK_DATA_COLUMNS`, at least one row, and a finite median (`y_value_50`) in every row (every
+    measured row of this benchmark's own `kernel_rows`, whose `status` says which were). Read at
+    planning, so that a file that cannot be compared is refused before any GPU time, not when the report is built."""
+    import csv
+    import math
+
+    import fsspec  # reads a local path and a URL alike (it comes with flytekit)
+
+    try:
+        with fsspec.open(source, "r", newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            missing = [column for column in BENCHMARK_DATA_COLUMNS if column not in header]
+            if missing:
+                raise SpecError(
+                    f"{key}: {source!r} is not Liger's benchmark data: "
+                    + (
+                        f"no column {missing} (it has {[name[:30] for name in header[:12]]})"
+                        if header
+                        else "it is empty"
+                    )
+                )
+            rows, bad = 0, []
+            for rows, row in enumerate(reader, start=1):
+                if None in row or any(value is None for value in row.values()):
+                    bad.append(f"line {rows + 1} has {'more' if None in row else 'fewer'} fields than the header")
+                    continue
+                if row.get("status", "ok") != "ok":  # a point of this benchmark's own rows that was not measured
+                    continue
+                try:
+                    median = float(row["y_value_50"])
+                except ValueError:
+                    median = math.nan
+                if not math.isfinite(median):
+                    bad.append(f"line {rows + 1} has y_value_50 {row['y_value_50']!r}")
+    except SpecError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError, ImportError) as exc:
+        raise SpecError(f"{key}: {source!r} cannot be read as a CSV ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        raise SpecError(f"{key}: {source!r} has a header and no rows: nothing to compare with")
+    if bad:
+        more = f" (and {len(bad) - 3:,} more)" if len(bad) > 3 else ""
+        raise SpecError(
+            f"{key}: {source!r} has {len(bad):,} row(s) that cannot be compared: {'; '.join(bad[:3])}{more}; every row "
+            "needs a finite y_value_50"
+        )
 
 
 def positive_integer(default: int) -> Any:

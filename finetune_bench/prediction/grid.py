@@ -9,6 +9,7 @@ its kind (`gpus`). A run's GPU time adds `RUN_OVERHEAD_S` for starting its proce
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from math import inf
 
 from finetune_bench.inputs.catalog import BACKENDS, SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import Problems, SpecError
@@ -45,6 +46,10 @@ class Target:
         return f"{self.name or 'unnamed GPU'} ({memory}{speed})"
 
 
+# More memory than any one GPU has (the largest today hold under 300 GiB): a typo, such as bytes given as GiB.
+MAX_GPU_MEMORY_GIB = 1024
+
+
 def check_plan_settings(gpu_kind_name: str, gpu_memory_gib: float, gpu_hour_price: float) -> None:
     """The prediction inputs' types and ranges, every problem at once."""
     problems = Problems()
@@ -53,7 +58,11 @@ def check_plan_settings(gpu_kind_name: str, gpu_memory_gib: float, gpu_hour_pric
             gpu_kind(gpu_kind_name)
     if isinstance(gpu_memory_gib, bool) or not isinstance(gpu_memory_gib, int | float) or not gpu_memory_gib >= 0:
         problems.found.append(f"gpu_memory_gib must be a number of GiB, 0 for the GPU kind's, got {gpu_memory_gib!r}")
-    if isinstance(gpu_hour_price, bool) or not isinstance(gpu_hour_price, int | float) or not gpu_hour_price >= 0:
+    elif gpu_memory_gib > MAX_GPU_MEMORY_GIB:
+        problems.found.append(
+            f"gpu_memory_gib must be at most {MAX_GPU_MEMORY_GIB:,} GiB (one GPU's memory), got {gpu_memory_gib!r}"
+        )
+    if isinstance(gpu_hour_price, bool) or not isinstance(gpu_hour_price, int | float) or not 0 <= gpu_hour_price < inf:
         problems.found.append(f"gpu_hour_price must be a price per GPU-hour, 0 for none, got {gpu_hour_price!r}")
     problems.raise_if_any()
 

@@ -13,12 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 COMPLETE_MARKER = ".complete"
+CACHE_DIR_ENV = "FINETUNE_BENCH_CACHE_DIR"
 
 
 def cache_root() -> Path:
     """Persistent root for downloads and generated sources (`FINETUNE_BENCH_CACHE_DIR` overrides)."""
-    root = os.environ.get("FINETUNE_BENCH_CACHE_DIR") or Path.home() / ".cache" / "finetune_bench"
+    root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "finetune_bench"
     return Path(root)
+
+
+def cache_root_key() -> str:
+    """How a message names the cache directory: its variable, or where the default comes from."""
+    return CACHE_DIR_ENV if os.environ.get(CACHE_DIR_ENV) else f"the cache directory (default; set {CACHE_DIR_ENV})"
 
 
 def default_results_store() -> Path:
@@ -26,10 +32,18 @@ def default_results_store() -> Path:
     return cache_root() / "results"
 
 
+# The most characters of a slug's readable part: with the digest and `build_into`'s temporary prefix and suffix the
+# directory name stays far below the 255 bytes a filesystem takes for one name, whatever the source is called.
+SLUG_PREFIX_CHARS = 160
+
+
 def slug(name: str, params: dict) -> str:
-    """A readable directory name for a source, unique to its name and parameters."""
+    """A readable directory name for a source, unique to its name and parameters: the name (made safe for a path,
+    cut to `SLUG_PREFIX_CHARS`; the digest covers all of it) and a digest of the name and parameters. A name that
+    fits keeps the directory it always had."""
     digest = hashlib.sha256(json.dumps([name, params], sort_keys=True).encode()).hexdigest()[:12]
-    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_')}-{digest}"
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:SLUG_PREFIX_CHARS]
+    return f"{readable}-{digest}"
 
 
 def build_into(dest: Path, build: Callable[[Path], None]) -> Path:

@@ -13,6 +13,8 @@ from finetune_bench.inputs.catalog import (
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
     SYNTHETIC_PREFIX,
     default_config,
+    exists_locally,
+    local_path,
 )
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources import formats
@@ -104,8 +106,8 @@ def _dataset_plan(
 
         return root / slug(dataset_name, params), generate
 
-    local = Path(dataset_name).expanduser()
-    if local.exists():
+    local = local_path(dataset_name)  # a file:// URL is its path
+    if exists_locally(dataset_name):
 
         def load_local(d: Path) -> None:
             import datasets

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config
+from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config, exists_locally
 from finetune_bench.inputs.model_overrides import apply_config_overrides, parse_config_overrides
 from finetune_bench.sources.cache import build_into, cache_root, slug
 from finetune_bench.sources.synthetic import train_offline_tokenizer
@@ -47,9 +47,8 @@ def _model_plan(model_name: str, hf_token: str | None, root: Path | None) -> tup
         arch = model_name.removeprefix(RANDOM_PREFIX)
         config_dict = architecture_config(arch)
         return root / slug(model_name, config_dict), lambda d: _write_random_model(d, arch, config_dict)
-    local = Path(model_name).expanduser()
-    if local.exists():
-        return local.resolve(), None
+    if exists_locally(model_name):  # (a name too long for a path is none)
+        return Path(model_name).expanduser().resolve(), None
 
     def fetch(d: Path) -> None:
         from huggingface_hub import snapshot_download

@@ -1,5 +1,8 @@
 """Every file in tests/inputs/bad_inputs/ is refused by `pyflyte run` before anything is downloaded or trained,
-with a message that names the offending key (the file's `# expect:` line is a regex of that message)."""
+with a message that names the offending key (the file's `# expect:` line is a regex of that message).
+
+Below its `# expect:` line a file may name its workflow (`# workflow: workflows/kernels.py kernel_benchmark`; the
+benchmark's by default) and environment variables to run with (`# env: NAME=value`, `{tmp}` a fresh directory)."""
 
 import re
 from pathlib import Path
@@ -10,10 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BAD_INPUTS = sorted((Path(__file__).parent / "bad_inputs").glob("*.yaml"))
 
 
+BENCHMARK = "workflows/benchmark.py benchmarking_experiment"
+
+
 def expected_message(path: Path) -> str:
     first_line = path.read_text().splitlines()[0]
     assert first_line.startswith("# expect: "), f"{path.name} has no '# expect:' line"
     return first_line.removeprefix("# expect: ")
+
+
+def header(path: Path, name: str) -> list[str]:
+    """The values of the file's `# <name>: ` lines."""
+    prefix = f"# {name}: "
+    return [line.removeprefix(prefix) for line in path.read_text().splitlines() if line.startswith(prefix)]
 
 
 def test_the_corpus_is_large_enough():
@@ -30,13 +42,15 @@ def pyflyte_run(tmp_path_factory):
     downloads = tmp_path_factory.mktemp("downloads")
 
     def run(inputs_file: Path):
+        (workflow,) = header(inputs_file, "workflow") or [BENCHMARK]
         with pytest.MonkeyPatch.context() as patch:
             patch.chdir(ROOT)
             # Anything that got as far as a download would write here.
             patch.setenv("FINETUNE_BENCH_CACHE_DIR", str(downloads))
-            result = runner.invoke(
-                main, ["run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(inputs_file)]
-            )
+            for variable in header(inputs_file, "env"):
+                name, _, value = variable.partition("=")
+                patch.setenv(name, value.replace("{tmp}", str(tmp_path_factory.mktemp("env"))))
+            result = runner.invoke(main, ["run", *workflow.split(), "--inputs-file", str(inputs_file)])
         return result, downloads
 
     return run
@@ -50,4 +64,5 @@ def test_bad_inputs_are_refused_naming_the_key(inputs_file, pyflyte_run):
     text = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output + str(result.exception or ""))
     assert re.search(expected_message(inputs_file), text), text[-1500:]
     assert "Traceback" not in result.output, "a refusal is a few lines, never a framework traceback"
+    assert len(text) < 20_000, "a refusal is a few lines, whatever size the values have"
     assert not any(downloads.iterdir()), "something was downloaded or generated before the inputs were refused"
