@@ -120,6 +120,29 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Writes of one entry before a save gives up on writers that keep mixing its files.
+WRITE_ATTEMPTS = 3
+
+
+def _check_identity(key: str, stored: dict, identity: dict) -> None:
+    """The identity a manifest records is the run's (as it was written: redacted, through JSON), else
+    `CorruptEntry` naming the parts that differ."""
+    expected = json.loads(json.dumps(redact(identity), sort_keys=True))
+    differs = sorted(part for part in set(stored) | set(expected) if stored.get(part) != expected.get(part))
+    if differs:
+        detail = [
+            f"{part}.{name}"
+            for part in differs
+            if isinstance(stored.get(part), dict) and isinstance(expected.get(part), dict)
+            for name in sorted(set(stored[part]) | set(expected[part]))
+            if stored[part].get(name) != expected[part].get(name)
+        ]
+        raise CorruptEntry(
+            f"entry {key}: its manifest records another run (differs in {', '.join(detail[:5] or differs)}): stored "
+            "under a key that is not its own"
+        )
+
+
 class ResultStore:
     """Finished runs under one directory or fsspec URL, one folder per run key."""
 
@@ -130,10 +153,11 @@ class ResultStore:
     def _path(self, key: str, name: str) -> str:
         return f"{self._root}/{key}/{name}"
 
-    def load(self, key: str, local_dir: Path) -> RunResult | None:
+    def load(self, key: str, local_dir: Path, identity: dict | None = None) -> RunResult | None:
         """The stored result of `key` (its steps copied into `local_dir`); None when the store has no complete
-        entry for it. Raises `CorruptEntry` for an entry that does not match its manifest, `StoreError` when
-        the store cannot be read."""
+        entry for it. Raises `CorruptEntry` for an entry that does not match its manifest, or whose manifest records
+        another run's identity than `identity` (an entry copied or written under another key: its checksums hold,
+        its inputs or software are not this run's), `StoreError` when the store cannot be read."""
         try:
             if not self._fs.exists(self._path(key, MANIFEST_NAME)):
                 return None
@@ -141,6 +165,8 @@ class ResultStore:
             contents = {}
             try:
                 manifest = json.loads(manifest_bytes)
+                if identity is not None and manifest.get("identity"):
+                    _check_identity(key, manifest["identity"], identity)
                 for name, checksum in manifest["sha256"].items():
                     if name not in (RESULT_NAME, STEPS_NAME, PROFILE_FILE):
                         raise CorruptEntry(f"entry {key}: its manifest lists an unknown file {name!r}")
@@ -192,11 +218,36 @@ class ResultStore:
             self._fs.makedirs(f"{self._root}/{key}", exist_ok=True)
             if self._fs.exists(self._path(key, MANIFEST_NAME)):  # replacing an entry: unlist it first
                 self._fs.rm_file(self._path(key, MANIFEST_NAME))
-            for name, data in [*files.items(), (MANIFEST_NAME, json.dumps(manifest, sort_keys=True).encode())]:
-                self._write_atomically(self._path(key, name), data)
+            manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
+            for _attempt in range(WRITE_ATTEMPTS):
+                for name, data in [*files.items(), (MANIFEST_NAME, manifest_bytes)]:
+                    self._write_atomically(self._path(key, name), data)
+                if self._complete(key):
+                    break
+                # Another grid wrote this entry at the same time (on another machine: the device lock is per
+                # machine), and its files and this one's got mixed: written again, whole, so that no entry is left
+                # mixed (and one that was is never reused: its checksums fail).
+                logger.warning("entry %s was written by another grid at the same time; writing it again", key)
+            else:
+                raise StoreError(
+                    f"cannot write entry {key} to {self.url}: other writers kept mixing its files ({WRITE_ATTEMPTS} "
+                    "tries)"
+                )
         except OSError as exc:
             raise StoreError(f"cannot write entry {key} to {self.url}: {type(exc).__name__}: {exc}") from None
         return True
+
+    def _complete(self, key: str) -> bool:
+        """Whether the entry's files match its manifest (whoever wrote them: a concurrent writer's whole entry is as
+        good as this one's, the same run measured)."""
+        try:
+            manifest = json.loads(self._fs.cat_file(self._path(key, MANIFEST_NAME)))
+            return all(
+                _sha256(self._fs.cat_file(self._path(key, name))) == checksum
+                for name, checksum in manifest["sha256"].items()
+            )
+        except (OSError, ValueError, KeyError):
+            return False
 
     def _write_atomically(self, path: str, data: bytes) -> None:
         """Write under a temporary name, then move into place: a reader never sees a partial file."""

@@ -341,7 +341,7 @@ def run_or_reuse(
     # this run instead of measuring it at the same time on the same device.
     with device_lock(hardware) as waited_s:
         result, problems, notes = (
-            (None, [], {}) if force_fresh else stored_result(store, key, Path(work_dir), name, run)
+            (None, [], {}) if force_fresh else stored_result(store, key, Path(work_dir), name, run, identity)
         )
         if result is not None:
             logger.info("%s: reused the stored result %s", name, key)
@@ -367,13 +367,14 @@ def save_result(store: ResultStore, key: str, result: RunResult, identity: dict,
 
 
 def stored_result(
-    store: ResultStore, key: str, work_dir: Path, name: str, run: PlannedRun
+    store: ResultStore, key: str, work_dir: Path, name: str, run: PlannedRun, identity: dict | None = None
 ) -> tuple[RunResult | None, list[str], dict]:
     """The stored result of `key` for `run` (None when there is none to reuse), the problems reading it, and notes
     for the run that replaces a corrupt entry. The key holds the settings, not the names: a run stored by a grid
-    that named or swept its condition otherwise comes back under this grid's condition id and axes."""
+    that named or swept its condition otherwise comes back under this grid's condition id and axes. `identity`: the
+    run's (`run_identity`), which the entry's manifest must record."""
     try:
-        stored = store.load(key, work_dir)
+        stored = store.load(key, work_dir, identity)
         if stored is not None:
             stored.condition_id, stored.swept_axes = run.condition_id, list(run.swept_axes)
         return stored, [], {}

@@ -177,7 +177,7 @@ def run_on_ranks(
                     _wait(store, f"sources/{node}", deadline)
                 stored = None
                 if not force_fresh:
-                    stored, problems, notes = stored_result(results_store, key, work_dir, name, run)
+                    stored, problems, notes = stored_result(results_store, key, work_dir, name, run, identity)
                 store.set("decision", "reuse" if stored is not None else "train")
                 if stored is not None:
                     logger.info("%s: reused the stored result %s", name, key)
