@@ -15,7 +15,7 @@ from finetune_bench.analysis.parity import (
 )
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
-from finetune_bench.analysis.stacks import stacks_table
+from finetune_bench.analysis.stacks import best_stack_per_budget, component_contributions, stacks_table
 from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.analysis.tables import (
     arms_vs_baseline,
@@ -84,6 +84,11 @@ class GridAnalysis:
     # Two or more stacks against the baseline: each ranked by speed with its memory, energy, loss parity and whether
     # it is on the speed-memory Pareto front (`analysis.stacks.stacks_table`); empty otherwise.
     stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # From the stacks: which to train with from each memory budget up (`analysis.stacks.best_stack_per_budget`),
+    # and what each component of a combined stack adds where the grid has the stack without it
+    # (`analysis.stacks.component_contributions`).
+    stack_budgets: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stack_components: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Why runs were not launched (refused, or skipped as a sure OOM), each reason once with its runs
     # (`inputs.plan.not_launched`); the others ran.
     not_launched: list[str] = field(default_factory=list)
@@ -113,6 +118,7 @@ def analyze_table(
     capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
     held_out = held_out_parity(table, swept)
     paired = paired_comparison(table, swept, alpha)
+    stacks = stacks_table(paired, table, swept)
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -136,7 +142,9 @@ def analyze_table(
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
         held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
         gpu_hour_price=gpu_hour_price,
-        stacks=stacks_table(paired, table, swept),
+        stacks=stacks,
+        stack_budgets=best_stack_per_budget(stacks, summary, swept),
+        stack_components=component_contributions(stacks, swept),
     )
 
 

@@ -4,7 +4,7 @@ with its memory, energy and loss parity, and whether any other stack (or the bas
 import pandas as pd
 
 from finetune_bench.analysis.parity import MATCH
-from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT, ArmError, parse_arm
 from finetune_bench.results.record import OK
 
 # The paired comparison's columns the leaderboard shows, each with its interval where it has one.
@@ -46,14 +46,17 @@ def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) ->
 
 
 def _loss_matches(table: pd.DataFrame, arm: str, point: dict) -> str:
-    """How many of the arm's ok runs at `point` (the other axes' values) had a loss that matched their baseline
-    run's: "k of n"."""
+    """How many of the arm's ok runs at `point` (the other axes' values) with a parity verdict had a loss that
+    matched their baseline run's: "k of n" ("–": no verdict)."""
     runs = table[(table["arm"] == arm) & (table["status"] == OK)]
     for axis, value in point.items():
         runs = runs[runs[axis] == value]
-    if "loss_parity" not in runs or runs.empty:
+    if "loss_parity" not in runs:
         return "–"
-    return f"{int((runs['loss_parity'] == MATCH).sum())} of {len(runs)}"
+    judged = runs[runs["loss_parity"].notna() & (runs["loss_parity"].astype(str) != "")]
+    if judged.empty:  # no loss curves to compare: no verdict, not a mismatch
+        return "–"
+    return f"{int((judged['loss_parity'] == MATCH).sum())} of {len(judged)}"
 
 
 def _on_front(group: pd.DataFrame) -> list[bool]:
@@ -72,3 +75,99 @@ def _on_front(group: pd.DataFrame) -> list[bool]:
         )
         front.append(not dominated)
     return front
+
+
+def _points(frame: pd.DataFrame, others: list[str]) -> list[tuple[dict, pd.DataFrame]]:
+    """The frame's rows grouped by the other axes' values: (the point, its rows)."""
+    if not others:
+        return [({}, frame)]
+    return [
+        (dict(zip(others, key if isinstance(key, tuple) else (key,), strict=True)), group)
+        for key, group in frame.groupby(others, dropna=False, sort=False)
+    ]
+
+
+def best_stack_per_budget(stacks: pd.DataFrame, summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per point of the other axes: which stack to train with for each memory budget. The candidates are the
+    baseline and the stacks on the speed-memory front none of whose runs' losses diverged from the baseline's (no
+    verdict, without loss curves, is no divergence); sorted by
+    their median peak reserved memory (GiB), each is the fastest that fits a budget of at least its memory, up to
+    the next one's. Columns: the other axes, `at_least_gib` (the budget from which it is the answer),
+    `train_with`, `throughput_ratio`, `peak_reserved_gib`. Empty without stacks or measured memory."""
+    if stacks.empty or "peak_reserved_gib" not in summary:
+        return pd.DataFrame()
+    others = [axis for axis in swept if axis != "arm"]
+    rows = []
+    for point, group in _points(stacks, others):
+        memory = summary
+        for axis, value in point.items():
+            memory = memory[memory[axis] == value]
+        reserved = dict(zip(memory["arm"], memory["peak_reserved_gib"], strict=True))
+        candidates = [(BASELINE, 1.0, reserved.get(BASELINE))] + [
+            (row.arm, row.throughput_ratio, reserved.get(row.arm))
+            for row in group.itertuples(index=False)
+            if row.pareto and not _some_diverged(row.loss_match)
+        ]
+        candidates = [c for c in candidates if c[2] is not None and pd.notna(c[2]) and pd.notna(c[1])]
+        fastest_so_far = float("-inf")
+        for arm, speed, gib in sorted(candidates, key=lambda c: (c[2], -c[1])):
+            if speed > fastest_so_far:  # a larger budget is worth naming only for a faster stack
+                rows.append({**point, "at_least_gib": gib, "train_with": arm, "throughput_ratio": speed,
+                             "peak_reserved_gib": gib})  # fmt: skip
+                fastest_so_far = speed
+    return pd.DataFrame(rows)
+
+
+def _some_diverged(loss_match: str) -> bool:
+    """A leaderboard's "k of n" with k < n: some runs' losses did not match the baseline's."""
+    matched, _, runs = str(loss_match).partition(" of ")
+    return matched.isdigit() and runs.isdigit() and int(matched) < int(runs)
+
+
+def _parts(arm: str) -> frozenset[str] | None:
+    """An arm's components as written (`liger-without-loss`, `liger:rope`, `cce`, ...); the baseline has none; None
+    for a name that is not an arm."""
+    if arm in (BASELINE, BASELINE_REPEAT):
+        return frozenset()
+    try:
+        parse_arm(arm)
+    except ArmError:
+        return None
+    return frozenset(arm.split("+"))
+
+
+def component_contributions(stacks: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """What each component of a combined stack adds, from the ablations the grid has: for a stack `a+b` and the
+    arm `a` beside it (or the baseline, for a one-component stack left out), `b` contributes the stack's ratio to the
+    baseline divided by `a`'s, in throughput and in peak reserved memory. Columns: the other axes, `stack`,
+    `component`, `without` (the arm it is compared with), `throughput_factor`, `peak_reserved_factor`. Only
+    stacks of two or more components, and only where the arm without the component was measured."""
+    if stacks.empty:
+        return pd.DataFrame()
+    others = [axis for axis in swept if axis != "arm"]
+    rows = []
+    for point, group in _points(stacks, others):
+        by_parts = {_parts(row.arm): row for row in group.itertuples(index=False) if _parts(row.arm) is not None}
+        for parts, row in by_parts.items():
+            if len(parts) < 2:
+                continue
+            for component in sorted(parts):
+                without = by_parts.get(parts - {component})
+                if without is None:
+                    continue
+                rows.append(
+                    {
+                        **point,
+                        "stack": row.arm,
+                        "component": component,
+                        "without": without.arm,
+                        "throughput_factor": row.throughput_ratio / without.throughput_ratio,
+                        "peak_reserved_factor": _ratio(row, without, "peak_reserved_ratio"),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _ratio(row: tuple, without: tuple, column: str) -> float:
+    numerator, denominator = getattr(row, column, float("nan")), getattr(without, column, float("nan"))
+    return numerator / denominator if pd.notna(numerator) and pd.notna(denominator) and denominator else float("nan")

@@ -726,6 +726,39 @@ def _stacks_tab(a: GridAnalysis) -> str | None:
     ]
     if "peak_reserved_ratio" in stacks and stacks["peak_reserved_ratio"].notna().any():
         parts.append(figure_html(_stacks_figure(stacks, a.swept), "stacks: speed against memory"))
+    if not a.stack_budgets.empty:
+        budgets = a.stack_budgets[[*others, "at_least_gib", "train_with", "throughput_ratio"]].rename(
+            columns={
+                "at_least_gib": "memory budget from (GiB)",
+                "train_with": "train with",
+                "throughput_ratio": "throughput ×",
+            }  # fmt: skip
+        )
+        parts += [
+            "<h3>Which stack for your memory budget</h3>"
+            "<p>From each budget of GPU memory up (the stack's median peak reserved memory here), the fastest stack "
+            "that fits it, among the baseline and the stacks on the front whose losses did not diverge from the "
+            "baseline's; "
+            "below the first budget none of them fits.</p>",
+            table_html(budgets),
+        ]
+    if not a.stack_components.empty:
+        components = a.stack_components[
+            [*others, "stack", "component", "without", "throughput_factor", "peak_reserved_factor"]
+        ].rename(
+            columns={
+                "without": "compared with",
+                "throughput_factor": "throughput ×",
+                "peak_reserved_factor": "peak reserved ×",
+            }  # fmt: skip
+        )
+        parts += [
+            "<h3>What each component adds</h3>"
+            "<p>For a stack of several components and an arm of the grid that lacks one of them, that component's "
+            "share: the stack's ratio to the baseline divided by the other arm's (above 1 in throughput: it makes the "
+            "stack faster; below 1 in peak reserved memory: leaner). Only the ablations the grid measured.</p>",
+            table_html(components),
+        ]
     return "\n".join(parts)
 
 

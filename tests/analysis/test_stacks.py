@@ -56,3 +56,37 @@ def test_a_stack_slower_and_fatter_than_the_baseline_is_beaten_by_the_baseline()
 def test_one_stack_has_no_stacks_view():
     analysis = _grid(["baseline", "liger", "baseline_repeat"])
     assert analysis.stacks.empty and "Stacks" not in grid_report(analysis).sections
+
+
+def test_the_best_stack_for_each_memory_budget_is_the_fastest_that_fits_it():
+    analysis = _grid(list(SHAPES))
+    budgets = analysis.stack_budgets
+    # from 27 GiB liger (the leanest on the front), from 42 GiB compile (faster); the baseline (60 GiB, slower) and
+    # the stacks off the front are never the answer
+    assert budgets["train_with"].tolist() == ["liger", "compile"]
+    assert budgets["at_least_gib"].tolist() == [27.0, 42.0]
+    tab = grid_report(analysis).sections["Stacks"]
+    assert "Which stack for your memory budget" in tab and "memory budget from (GiB)" in tab
+
+
+def test_a_stack_whose_loss_diverged_is_never_recommended_for_a_budget():
+    analysis = _grid(list(SHAPES))
+    stacks = analysis.stacks.assign(loss_match=["3 of 3", "2 of 3", "3 of 3", "3 of 3"])  # liger diverged once
+    from finetune_bench.analysis.stacks import best_stack_per_budget
+
+    budgets = best_stack_per_budget(stacks, analysis.summary, analysis.swept)
+    assert budgets["train_with"].tolist() == ["compile"]
+
+
+def test_each_component_s_share_comes_from_the_ablations_in_the_grid():
+    shapes = {"baseline": (100.0, 60.0), "compile": (120.0, 48.0), "cce": (102.0, 36.0), "compile+cce": (130.0, 30.0)}
+    analysis = _grid(list(shapes), shapes)
+    parts = analysis.stack_components.set_index("component")
+    assert analysis.stack_components["stack"].unique().tolist() == ["compile+cce"]
+    assert parts.loc["cce", "without"] == "compile" and parts.loc["compile", "without"] == "cce"
+    ratio = analysis.stacks.set_index("arm")["throughput_ratio"]
+    assert parts.loc["cce", "throughput_factor"] == ratio["compile+cce"] / ratio["compile"]
+    assert parts.loc["compile", "peak_reserved_factor"] == 30.0 / 36.0
+    assert "What each component adds" in grid_report(analysis).sections["Stacks"]
+    # a stack whose ablations the grid lacks has no shares
+    assert _grid(["baseline", "liger", "compile+cce"]).stack_components.empty
