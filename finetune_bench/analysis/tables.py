@@ -9,7 +9,7 @@ from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
 from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE, GIB, METRICS
-from finetune_bench.measuring.profiling import PROFILE_FILE
+from finetune_bench.measuring.profiling import ATTENTION_KERNEL_DETAIL, PROFILE_FILE
 from finetune_bench.results.record import LOST, OK, RunResult
 
 # The run-level metrics that have a results column (`measuring.metrics`: name, column, scale, unit, rank merge).
@@ -66,6 +66,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             problems="; ".join(result.problems),
             # the profile after the timed steps failed (the run's measurements stand)
             profile_error=result.details.get("profile_error", ""),
+            # the scaled_dot_product_attention kernels the profile saw run (GPU runs with `profile` only)
+            attention_kernel=result.details.get(ATTENTION_KERNEL_DETAIL, ""),
             # the held-out evaluations stopped early (out of memory); the run's training is measured
             eval_error=result.details.get("eval_error", ""),
             # why the run has no energy figures (a CPU, a GPU without NVML's energy counter, an NVML error)

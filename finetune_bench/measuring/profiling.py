@@ -51,6 +51,32 @@ OTHER = "other"
 CATEGORY_NAMES = (*(name for name, _ in CATEGORIES), OTHER)
 
 
+# Which of scaled_dot_product_attention's kernels a GPU kernel's name belongs to, first match wins: cuDNN's fused
+# attention (`cudnn_generated_fort_native_sdpa_...`, whose names also say `flash`), PyTorch's FlashAttention
+# (`pytorch_flash::flash_fwd_kernel`, `flash_bwd_...`) and its memory-efficient kernel (CUTLASS's
+# `fmha_cutlassF_...` / `fmha_cutlassB_...`, `efficient_attention_...`). The math backend and eager attention launch
+# no kernel of their own (matmuls and a softmax): a profile with none of these names records "none".
+ATTENTION_KERNELS = (
+    ("cudnn", r"cudnn.*(sdpa|attention|fmha)|fort_native_sdpa"),
+    ("flash", r"flash_(fwd|bwd)|pytorch_flash"),
+    ("efficient", r"fmha_cutlass|efficient_attention|mem_eff"),
+)
+_ATTENTION_COMPILED = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in ATTENTION_KERNELS)
+# The run detail naming the attention kernels its profile saw.
+ATTENTION_KERNEL_DETAIL = "attention_kernel"
+
+
+def attention_kernels_seen(kernel_names: list[str]) -> str:
+    """The SDPA kernels among a profile's GPU kernels, by name ("flash", "cudnn", "efficient", joined by "+" when
+    several ran), or "none" when no fused attention kernel ran (math, eager)."""
+    seen = {_first_attention_match(name) for name in kernel_names}
+    return "+".join(backend for backend, _ in ATTENTION_KERNELS if backend in seen) or "none"
+
+
+def _first_attention_match(name: str) -> str | None:
+    return next((backend for backend, pattern in _ATTENTION_COMPILED if pattern.search(name)), None)
+
+
 def category_of(name: str) -> str:
     """The category of a kernel or operator, by its name; `other` when none matches."""
     return next((category for category, pattern in _COMPILED if pattern.search(name)), OTHER)
@@ -95,14 +121,18 @@ def profile_after_training(
     run's `profile_error` detail instead of ending the run: its timed steps are measured and stand. Not `alone`
     (one rank of a run on several GPUs, whose peers take the same steps) a failure ends the run."""
     try:
-        profile_steps(step, steps, device, out_dir)
+        path = profile_steps(step, steps, device, out_dir)
     except Exception as exc:
         if not alone:
             raise
         first_line = (str(exc).strip().splitlines() or [""])[0]
         logger.warning("the profile failed: %s: %s", type(exc).__name__, first_line)
         return {"profile_error": f"{type(exc).__name__}: {first_line}"}
-    return {}
+    if device.type != "cuda":  # a CPU's operators are no GPU kernels: which attention kernel ran is a GPU's question
+        return {}
+    import pandas as pd
+
+    return {ATTENTION_KERNEL_DETAIL: attention_kernels_seen(pd.read_csv(path)["name"].astype(str).tolist())}
 
 
 def kernel_rows(averages: list, steps: int, cuda: bool) -> list[dict]:

@@ -18,7 +18,13 @@ from finetune_bench.analysis.grid import analyze_table
 from finetune_bench.analysis.tables import profile_categories, profile_table, results_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.profiling import CATEGORY_NAMES, PROFILE_FILE, TRACE_FILE, category_of
+from finetune_bench.measuring.profiling import (
+    CATEGORY_NAMES,
+    PROFILE_FILE,
+    TRACE_FILE,
+    attention_kernels_seen,
+    category_of,
+)
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import run_in_child
@@ -105,6 +111,18 @@ def test_kernel_names_fall_in_their_categories():
     assert category_of("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda"
                        "(at::TensorIteratorBase&)::{lambda()#3}::operator()() const>") == "memory copies"  # fmt: skip
     assert category_of("lamb_update_kernel") == "optimizer"
+
+
+def test_the_attention_kernel_a_profile_saw_is_named_by_its_kernels():
+    cudnn = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0"
+    flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false>>"
+    efficient = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+    assert attention_kernels_seen([gemm, cudnn, "softmax_warp_forward"]) == "cudnn"  # its name says flash too
+    assert attention_kernels_seen([flash, "void pytorch_flash::flash_bwd_dq_dk_dv_loop_kernel<...>"]) == "flash"
+    assert attention_kernels_seen([efficient, gemm]) == "efficient"
+    assert attention_kernels_seen([gemm, "softmax_warp_forward", "softmax_warp_backward"]) == "none"  # math, eager
+    assert attention_kernels_seen([flash, cudnn]) == "cudnn+flash"
 
 
 def test_the_report_compares_arms_by_category(profiled):
