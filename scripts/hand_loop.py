@@ -2,7 +2,7 @@
 
 Random-init causal LM from a bundled architecture config, random token batches of exactly
 batch × seq tokens (no padding), gradient clipping at 1.0 (the HF Trainer's default), AdamW, bf16
-weights; step time taken with the GPU synchronized
+weights (`--fused`: fused AdamW, as `optim: adamw_torch_fused`); step time taken with the GPU synchronized
 at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--arm", default="", help="an arm of the benchmark's grammar")
     parser.add_argument("--liger", action="store_true", help="Liger's default kernels for the model type")
     parser.add_argument("--cce", action="store_true", help="the loss by Cut Cross-Entropy")
+    parser.add_argument("--fused", action="store_true", help="fused AdamW (the inputs' optim adamw_torch_fused)")
     parser.add_argument("--num-hidden-layers", type=int, default=0, help="the architecture with this many layers")
     opts = parser.parse_args()
     arm = parse_arm(
@@ -72,7 +73,7 @@ def main() -> None:
         (model.model if arm.cce else model).compile()
     model.config.use_cache = False
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, fused=opts.fused or None)
     vocab = min(config.vocab_size, 8192)
 
     torch.cuda.synchronize()
@@ -105,6 +106,7 @@ def main() -> None:
                 "arch": opts.arch,
                 "arm": arm.name,
                 "num_hidden_layers": config.num_hidden_layers,
+                "fused_adamw": opts.fused,
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,
