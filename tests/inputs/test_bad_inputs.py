@@ -66,3 +66,21 @@ def test_bad_inputs_are_refused_naming_the_key(inputs_file, pyflyte_run):
     assert "Traceback" not in result.output, "a refusal is a few lines, never a framework traceback"
     assert len(text) < 20_000, "a refusal is a few lines, whatever size the values have"
     assert not any(downloads.iterdir()), "something was downloaded or generated before the inputs were refused"
+
+
+def test_a_50_mb_inputs_file_is_refused_before_it_is_parsed(tmp_path, pyflyte_run):
+    """PyYAML would parse such a file for minutes before any check ran. It is refused by its size alone: the file
+    ends in a YAML error, which a parse would have reached and reported instead."""
+    from tasks.inputs_yaml import MAX_INPUTS_FILE_BYTES
+
+    big = tmp_path / "big.yaml"
+    arms = ", ".join(["liger"] * 8_400_000)  # 7 bytes an item: 58.8 MB
+    big.write_text(f"training_args:\n  model_name: random:tiny-llama\nexperiment_args:\n  arm: [{arms}]\n  [unclosed\n")
+    assert big.stat().st_size > 50 * MAX_INPUTS_FILE_BYTES
+    result, downloads = pyflyte_run(big)
+    assert result.exit_code != 0, result.output
+    text = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output + str(result.exception or ""))
+    message = "the inputs file is 56.1 MiB, over the 1.0 MiB an inputs file may have (they are a few KB); refused"
+    assert f"Invalid value for '--inputs-file': {message} before it is parsed" in text, text[-1500:]
+    assert "yaml error" not in text and "Traceback" not in result.output
+    assert not any(downloads.iterdir())

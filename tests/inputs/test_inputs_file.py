@@ -84,3 +84,42 @@ def test_a_file_whose_inputs_all_read_is_left_to_planning(tmp_path):
     assert "Invalid value for '--inputs-file'" not in text
     assert "n_runs must be a positive integer, got 0" in text
     assert "criterion 'trl' does not run with backend 'hf_trainer'" in text
+
+
+def test_a_file_with_anchors_and_merge_keys_plans(tmp_path, monkeypatch):
+    """YAML 1.1's merge key: `<<: *anchor` brings in the anchored mapping's keys, and a key beside it overrides the
+    merged value (not a key given twice). The frontier's dry run plans the merged sections."""
+    from flytekit.clis.sdk_in_container.pyflyte import main
+
+    inputs = tmp_path / "merged.yaml"
+    inputs.write_text(
+        """\
+training_args: {model_name: "random:llama-3.2-1b", device: cuda, backend: plain_loop, synthetic_num_examples: 64,
+                synthetic_min_words: 1100, synthetic_max_words: 1200}
+arms:
+  - &liger {arm: liger}
+  - {<<: *liger, arm: baseline}
+batch_size_search: &search
+  enabled: true
+  start: 2
+  cap: 8
+seq_length_search:
+  <<: *search
+  batch_size: 1
+  start: 256
+  cap: 1024
+  granularity: 128
+"""
+    )
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
+    args = ["run", "workflows/frontier.py", "memory_frontier", "--inputs-file", str(inputs), "--dry_run"]
+    result = CliRunner().invoke(main, [*args, "--gpu_kind", "H100"])
+    assert result.exit_code == 0, result.output
+    plan = (tmp_path / "export" / "frontier_plan.csv").read_text().splitlines()
+    assert plan[0].startswith("arm,dimension,start,cap,")
+    for arm in ("liger", "baseline"):  # the baseline's arm overrides the one merged from the liger arm
+        assert any(line.startswith(f"{arm},per_device_train_batch_size,2,8,") for line in plan), plan
+        # start and cap override the merged batch search's; enabled comes from it
+        assert any(line.startswith(f"{arm},max_seq_length,256,1024,") for line in plan), plan

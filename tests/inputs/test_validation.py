@@ -171,6 +171,25 @@ def test_every_bundled_inputs_file_has_unique_keys():
         yaml.safe_load("a: 1\na: 2\n")
 
 
+def test_merge_keys_merge_and_a_key_beside_them_overrides():
+    """YAML 1.1: `<<` merges mappings (of a list, the first wins), a key beside it overrides the merged value, and
+    a key written twice in one mapping, beside a merge or in a merged one, is still refused."""
+    import yaml
+
+    from tasks.inputs_yaml import require_unique_keys
+
+    require_unique_keys()
+    merged = yaml.safe_load("a: &a {x: 1, y: 2}\nb: &b {x: 3, z: 4}\nc: {<<: [*a, *b], y: 5}\n")
+    assert merged["c"] == {"x": 1, "y": 5, "z": 4}
+    # An anchored mapping inside a list is constructed after the mapping that merges it: its own override stands.
+    nested = yaml.safe_load("l: [&a {x: 1}, &b {<<: *a, x: 2, y: 1}]\nc: {<<: *b, y: 3}\n")
+    assert nested == {"l": [{"x": 1}, {"x": 2, "y": 1}], "c": {"x": 2, "y": 3}}
+    with pytest.raises(yaml.YAMLError, match=r"the key 'x' is given twice \(lines 4 and 5\)"):
+        yaml.safe_load("a: &a {x: 1}\nb:\n  <<: *a\n  x: 2\n  x: 3\n")
+    with pytest.raises(yaml.YAMLError, match="the key 'x' is given twice"):
+        yaml.safe_load("b: {<<: {x: 1, x: 2}}\n")
+
+
 def test_liger_s_table_is_read_from_its_source_as_importing_it_would_give():
     """Planning reads Liger's table of patch functions from its source (importing it takes seconds); the reading
     must be exactly what the imported module says."""
