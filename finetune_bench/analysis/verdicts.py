@@ -1,10 +1,15 @@
-"""The Summary's first lines: one sentence per arm, from the comparison, the fitting batches and the parity."""
+"""The Summary's first lines: one sentence per arm, from the comparison, the fitting batches and the parity, with
+what the arm's numbers include that is not the arm's own (a SwitchBack arm's casts outside float16)."""
 
 import pandas as pd
 
 from finetune_bench.analysis.parity import DIVERGED
-from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.inputs.arms import BASELINE, ArmError, parse_arm
 from finetune_bench.results.record import OK
+
+# The dtype SwitchBack's Triton kernels take and write (`finetune_bench.running.switchback`): in any other, each
+# SwitchBack layer's output is cast from it to the model's dtype, forward and backward.
+SWITCHBACK_DTYPE = "float16"
 
 
 def _span(values: pd.Series) -> str:
@@ -55,5 +60,27 @@ def verdicts(
         missing = len(rows) - len(both)
         if missing:
             line += f"; {missing} condition(s) lack an ok run on one side (see Conditions)"
-        lines.append(line + ".")
+        lines.append(line + "." + switchback_cast_note(str(arm), table))
     return lines
+
+
+def switchback_cast_note(arm: str, table: pd.DataFrame | None) -> str:
+    """For an arm with SwitchBack whose ok runs trained in another dtype than its kernels' float16: that its
+    throughput includes the casts (" SwitchBack in bfloat16 pays for casts: ..."); "" otherwise."""
+    try:
+        switchback = parse_arm(arm).switchback
+    except ArmError:
+        return ""
+    if not switchback or table is None or "dtype" not in table or "arm" not in table:
+        return ""
+    mine = table[(table["arm"] == arm) & (table["status"] == OK)]["dtype"].astype(str)
+    dtypes = sorted({dtype for dtype in mine if dtype and dtype != SWITCHBACK_DTYPE})
+    if not dtypes:
+        return ""
+    named = " and ".join(dtypes)
+    return (
+        f" SwitchBack in {named} pays for casts: its int8 kernels are built for {SWITCHBACK_DTYPE} and write "
+        f"{SWITCHBACK_DTYPE}, so each SwitchBack layer's output is cast to {named} and its gradients through "
+        f"{SWITCHBACK_DTYPE} and back; the throughput above includes those casts (docs/measurements.md, the SwitchBack "
+        "study)."
+    )

@@ -132,3 +132,30 @@ def test_the_paired_comparison_and_held_out_parity_are_computed_once_for_the_rep
     (row,) = analysis.paired.to_dict("records")
     assert row["arm"] == "liger" and row["pairs"] == 3
     assert "alpha 0.01" in grid_report(analysis).sections["Summary"]
+
+
+def test_a_switchback_arm_outside_float16_says_it_pays_for_casts_and_in_float16_does_not():
+    def summary(dtype: str) -> tuple[dict[str, str], str]:
+        training = TrainingArgs(device="cuda", dtype=dtype)
+        planned = plan_runs(ExperimentArgs(arm=["switchback", "liger", "baseline"]), training, 1)
+        tps = {"arm=switchback": 80.0, "arm=liger": 120.0, "arm=baseline": 100.0}
+        results = [
+            RunResult(*run_identity(r), "ok", metrics={"tokens_per_second": tps[r.condition_id]},
+                      details={"device": "cuda:0", "dtype": dtype})
+            for r in planned
+        ]  # fmt: skip
+        analysis = analyze_grid(planned, results, {})
+        return {line.split(" ")[0]: line for line in analysis.verdicts}, grid_report(analysis).sections["Summary"]
+
+    verdicts, rendered = summary("bfloat16")
+    switchback, liger = verdicts["switchback"], verdicts["liger"]
+    assert switchback.startswith("switchback vs baseline: throughput ×0.80")
+    assert switchback.endswith(
+        " SwitchBack in bfloat16 pays for casts: its int8 kernels are built for float16 and write float16, so each "
+        "SwitchBack layer's output is cast to bfloat16 and its gradients through float16 and back; the throughput "
+        "above includes those casts (docs/measurements.md, the SwitchBack study)."
+    )
+    assert "SwitchBack in bfloat16 pays for casts" in rendered  # stated by the analysis, rendered as it is
+    assert "casts" not in liger, "the note is the SwitchBack arm's alone"
+    verdicts, _ = summary("float16")
+    assert "casts" not in verdicts["switchback"], "in float16 SwitchBack runs as it is built to"
