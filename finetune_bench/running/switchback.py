@@ -18,8 +18,10 @@ Where the numerics differ from the kernels' own on their Triton: Triton 3 no lon
 float32, so the scaled value is rounded to the input's dtype before llrint sees it; with bfloat16 inputs a value
 can land up to about 0.75 of a quantization step off instead of 0.5. And the kernels keep float16 scales and
 outputs: a bfloat16 model's activations and gradients pass through float16 (overflow above 65504; a gradient
-below about 6e-8 becomes zero). float16 training avoids both; with bfloat16 compare the loss within a tolerance,
-as the report does.
+below about 6e-8 becomes zero), and the casts cost throughput (the report's Summary says so for such an arm).
+float16 training would avoid all three, but the backends do not train float16 yet (no float32 master weights or
+loss scaling: docs/measurements.md, the SwitchBack study); with bfloat16 compare the loss within a tolerance, as
+the report does.
 """
 
 import types
