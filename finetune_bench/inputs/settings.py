@@ -294,7 +294,8 @@ class TrainingArgs(StrictFromJson):
     # condition train on the same batches and differ only by the machine's run-to-run noise.
     seed: int = setting(42, _seed_range)
     # `auto`: bfloat16 on a GPU, float32 on a CPU (Liger's kernels give NaN in bf16 under the Triton
-    # CPU interpreter).
+    # CPU interpreter). `float16` for forward passes only (`forward_only`): training float16 weights needs float32
+    # master weights and loss scaling, which the training backends do not do.
     dtype: str = choice("auto", DTYPES)
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).

@@ -114,6 +114,18 @@ def _check_padding(training_args: TrainingArgs, where: str) -> None:
         )
 
 
+def _check_float16_training(training_args: TrainingArgs, where: str) -> None:
+    """float16 weights trained as they are: no float32 master weights and no loss scaling in any backend (the
+    Trainers' fp16 GradScaler refuses float16 gradients: "Attempting to unscale FP16 gradients"; the plain loop's
+    optimizer step turns small updates into inf and NaN). Forward passes alone run in float16."""
+    if training_args.dtype == "float16" and BACKENDS[training_args.backend].trains:
+        raise SpecError(
+            f"dtype 'float16' with backend {training_args.backend!r}{where}: training float16 weights needs float32 "
+            "master weights and loss scaling (mixed precision), which the training backends do not do; use dtype "
+            "'bfloat16' (backend 'forward_only' runs float16)"
+        )
+
+
 def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
     """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
     backend, optim = training_args.backend, training_args.optim
@@ -157,6 +169,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"use packing false with {backend!r}"
         )
     _check_padding(training_args, where)
+    _check_float16_training(training_args, where)
     _check_lora_and_optimizer(training_args, where)
     if training_args.eval_steps and not training_args.eval_examples:
         raise SpecError(

@@ -98,3 +98,11 @@ def test_the_memory_model_says_why_it_does_not_predict_float8():
     # liger-without-loss is predicted, with its layer kernels only
     step = resolve_step(condition(arm="liger-without-loss", device="cuda"), shape, True)
     assert "fused_linear_cross_entropy" not in step.kernels and "rms_norm" in step.kernels
+
+
+@pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer", "trl_sft"])
+def test_float16_training_is_refused_and_float16_forward_passes_plan(backend):
+    assert "training float16 weights needs float32 master weights and loss scaling" in refusal(
+        backend=backend, dtype="float16", device="cuda"
+    )
+    validate_condition(condition(backend="forward_only", dtype="float16", device="cuda"), {})
