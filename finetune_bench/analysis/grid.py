@@ -27,6 +27,7 @@ from finetune_bench.analysis.tables import (
     steps_table,
     with_cost,
 )
+from finetune_bench.analysis.timeline import condition_timeline, with_timeline_remainder
 from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.inputs.plan import PlannedRun, not_launched
 from finetune_bench.measuring.metrics import GIB
@@ -89,6 +90,9 @@ class GridAnalysis:
     # (`analysis.stacks.component_contributions`).
     stack_budgets: pd.DataFrame = field(default_factory=pd.DataFrame)
     stack_components: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per condition, where its runs' wall time went: the median of each phase of the timeline, of what no phase
+    # covers and of the time outside the steps (`analysis.timeline.condition_timeline`).
+    timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Why runs were not launched (refused, or skipped as a sure OOM), each reason once with its runs
     # (`inputs.plan.not_launched`); the others ran.
     not_launched: list[str] = field(default_factory=list)
@@ -110,7 +114,7 @@ def analyze_table(
     steps (None: unknown), the loss parity (none: no verdict), the profile and the ranks; each run's cost per
     million tokens at `gpu_hour_price` (0: none)."""
     environment = dict(environment or {})
-    table = with_cost(table, gpu_hour_price)
+    table = with_timeline_remainder(with_cost(table, gpu_hour_price))
     parity = parity if parity is not None else pd.DataFrame()
     summary = condition_summary(table, swept)
     comparison = arms_vs_baseline(summary, swept)
@@ -145,6 +149,7 @@ def analyze_table(
         stacks=stacks,
         stack_budgets=best_stack_per_budget(stacks, summary, swept),
         stack_components=component_contributions(stacks, swept),
+        timeline=condition_timeline(table, swept),
     )
 
 

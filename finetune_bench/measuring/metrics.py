@@ -13,7 +13,9 @@ GIB = 1024**3
 # How a run on several GPUs makes a metric of its ranks'.
 RANK0 = "rank0"  # rank 0's figure stands: the ranks step together (step times, losses, per-token counts)
 SUM = "sum"  # a rate: the ranks' totals (`rate_of`) summed, over the slowest rank's measured time
-MAX = "max"  # the largest rank's, with its spread over the ranks (`<name>_spread`); rank 0's when a rank filed none
+# the largest rank's (a memory peak: with its spread over the ranks, `<name>_spread`, where the table has that row);
+# rank 0's when a rank filed none
+MAX = "max"
 DERIVED = "derived"  # computed from the merged figures (the padding fraction, MFU, per GPU, the spreads)
 RANK_ONLY = "rank_only"  # one rank's own view: a run on several GPUs has no such figure (its totals stay per rank)
 TOTAL = "total"  # not a rate: the ranks' totals (`total_of`) summed (energy: every GPU's)
@@ -38,6 +40,14 @@ MEASURED_TOKENS = "measured_tokens"
 ENERGY_UNAVAILABLE = "energy_unavailable"
 JOULES_PER_KWH = 3.6e6
 
+# A run's timeline: where its wall time went, one phase a row (`Metric.phase`). The phases in the child's wall time
+# (`RunResult.wall_time_s`, from the launcher starting the child to the child's exit) never overlap, so their sum is
+# at most the wall time; what no phase covers is the analysis' explicit remainder (`analysis.timeline`). The
+# launcher's own phases come before or after that wall time.
+IN_WALL = "in the child's wall time"
+LAUNCHER = "the launcher's, outside the child's wall time"
+PHASE_KINDS = ("", IN_WALL, LAUNCHER)
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -55,10 +65,14 @@ class Metric:
     per: float = 1.0
     # A `TOTAL` or `PER_TOKEN` figure: the total it is made of (per `per` of its unit, or per `MEASURED_TOKENS`).
     total_of: str = ""
+    # A phase of the run's timeline (`IN_WALL` or `LAUNCHER`; "": not a phase), in seconds.
+    phase: str = ""
 
     def __post_init__(self) -> None:
         if self.ranks not in MERGES or self.scope not in SCOPES:
             raise ValueError(f"metric {self.name}: merge {self.ranks!r} or scope {self.scope!r} is not one of theirs")
+        if self.phase not in PHASE_KINDS or (self.phase and self.unit != "s"):
+            raise ValueError(f"metric {self.name}: a phase is {IN_WALL!r} or {LAUNCHER!r}, in seconds")
         if bool(self.total_of) != (self.ranks in (TOTAL, PER_TOKEN)):
             raise ValueError(f"metric {self.name}: a {TOTAL} or {PER_TOKEN} figure names its total, and only it")
         if self.column == "":
@@ -75,10 +89,55 @@ def _bytes(name: str, ranks: str, description: str, column: str, scope: str = CU
     return Metric(name, "bytes", ranks, description, column, GIB, scope)
 
 
+def _phase(name: str, description: str, ranks: str = MAX, kind: str = IN_WALL) -> Metric:
+    """A phase of the run's timeline, in the order it happens. On several GPUs the slowest rank's (`MAX`): the
+    ranks wait for each other, so the slowest one's phase is what the run spent."""
+    return Metric(name, "s", ranks, description, phase=kind)
+
+
+_TIMELINE = (
+    _phase(
+        "store_s",
+        "the launcher's results-store lookup before the run (its save after is not counted: the record is saved as "
+        "it is)",
+        kind=LAUNCHER,
+    ),
+    _phase(
+        "startup_s",
+        "from the launcher starting the child to the worker's main: process start, the interpreter and the worker "
+        "module's imports",
+    ),
+    _phase("imports_s", "the worker's imports: torch, the package's modules and the backend's module"),
+    _phase(
+        "model_init_s",
+        "tokenizer and model loaded (or built, seeded) on the device, the arm applied (SwitchBack, Liger, float8, "
+        "the compile wrapper) and LoRA's adapters",
+    ),
+    _phase(
+        "data_s",
+        "the dataset loaded, tokenized, packed and batched, the held-out examples tokenized (the Trainer backends: "
+        "the Trainer's construction, which tokenizes, included)",
+    ),
+    _phase(
+        "setup_s",
+        "from the data ready to the first step, the held-out evaluation before it excluded: the optimizer and "
+        "scheduler built (the Trainer backends: the Trainer's own preparation)",
+    ),
+    _phase("timed_steps_s", "wall time of the measured steps (the slowest rank's)"),
+    _phase("profile_s", "the profiled steps after the timed ones (`profile`)"),
+    _phase(
+        "teardown_s",
+        "from the end of training to the result written: the summary, steps.csv and result.json",
+    ),
+    _phase(
+        "exit_s",
+        "from the result written to the child's exit (interpreter and device shutdown), seen by the launcher",
+    ),
+)
 _TABLE = (
     Metric("steps_measured", "steps", RANK0, "optimizer steps timed (warm-up and recovering steps excluded)"),
     Metric("steps_warmup", "steps", RANK0, "optimizer steps left out of the timing", None),
-    Metric("warmup_time_s", "s", RANK0, "wall time of the warm-up steps"),
+    _phase("warmup_time_s", "wall time of the warm-up steps", RANK0),
     Metric(MEASURED_TIME, "s", RANK_ONLY, "wall time of the measured steps", None),
     Metric("measured_tokens", "tokens", RANK_ONLY, "non-padding tokens of the measured steps", None),
     Metric("measured_padded_tokens", "tokens", RANK_ONLY, "tokens of the measured steps, padding included", None),
@@ -187,11 +246,31 @@ _TABLE = (
     Metric("initial_eval_loss", "nats", RANK0, "held-out loss before the first step"),
     Metric("final_eval_loss", "nats", RANK0, "held-out loss after the last evaluation"),
     Metric("final_eval_perplexity", "perplexity", RANK0, "exp of the final held-out loss"),
-    Metric("eval_time_s", "s", RANK0, "wall time of the held-out evaluations (outside the steps)"),
+    _phase("eval_time_s", "wall time of the held-out evaluations (outside the steps)", RANK0),
     Metric("eval_tokens", "tokens", RANK0, "tokens the held-out evaluations took", None),
     Metric("world_size", "GPUs", DERIVED, "GPUs the run trained on", None, scope=SEVERAL_GPUS),
+    *_TIMELINE,
 )
 METRICS: dict[str, Metric] = {metric.name: metric for metric in _TABLE}
+# The timeline's phases in the order a run goes through them: the launcher's store lookup, the child's phases, the
+# launcher's results-store lookup first.
+TIMELINE: tuple[Metric, ...] = tuple(
+    METRICS[name]
+    for name in (
+        "store_s",
+        "startup_s",
+        "imports_s",
+        "model_init_s",
+        "data_s",
+        "setup_s",
+        "warmup_time_s",
+        "timed_steps_s",
+        "eval_time_s",
+        "profile_s",
+        "teardown_s",
+        "exit_s",
+    )
+)
 # What each rank files for the rank merge: the measured time and the totals of the rates and of the other figures.
 TOTALS = tuple(
     dict.fromkeys(

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
-from finetune_bench.measuring.metrics import MEASURED_TIME, throughput
+from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, throughput
 from finetune_bench.measuring.quality import perplexity
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,24 @@ class StepRecorder:
     _energy: EnergyCounter | None = None
     _energy_at_last_end: float | None = None
     energy_unavailable: str = ""
+    # The phases of the run's timeline measured here (`measuring.metrics.TIMELINE`), in seconds; and when the last
+    # of them ended (`setup_s` runs from there to the first step).
+    phases: dict[str, float] = field(default_factory=dict)
+    _phase_ended: float | None = None
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count the block's wall time in the timeline's phase `name` (added to what it already has), however the
+        block ends. Two cost perf_counter calls: nothing is synchronized."""
+        metric = METRICS.get(name)
+        if metric is None or metric.phase != IN_WALL:
+            raise ValueError(f"{name!r} is not a phase of the child's timeline (measuring.metrics.TIMELINE)")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phase_ended = time.perf_counter()
+            self.phases[name] = self.phases.get(name, 0.0) + self._phase_ended - start
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
@@ -167,6 +185,9 @@ class StepRecorder:
         self._gc_at_last_end = self._gc.total_s
         self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter()
+        if self._phase_ended is not None and "setup_s" not in self.phases:
+            # the evaluations so far are the one before the first step, counted in eval_time_s
+            self.phases["setup_s"] = max(self._last_end - self._phase_ended - self.eval_time_s, 0.0)
 
     def _read_energy(self) -> float | None:
         """The energy counter now (joules); None without one. A failed read ends the counting, saying why."""
@@ -338,6 +359,7 @@ class StepRecorder:
             times = [s.step_time_s for s in measured]
             out.update(
                 totals,
+                timed_steps_s=totals[MEASURED_TIME],
                 **throughput(totals, totals[MEASURED_TIME]),
                 step_time_median_s=statistics.median(times),
                 step_time_min_s=min(times),
@@ -368,6 +390,7 @@ class StepRecorder:
         if self.eval_tokens:
             out["eval_time_s"] = self.eval_time_s
             out["eval_tokens"] = float(self.eval_tokens)
+        out.update(self.phases)
         # ru_maxrss is in KiB on Linux; taken when training ended if it has
         rss = self._peak_rss_bytes
         out["process_peak_rss_bytes"] = (

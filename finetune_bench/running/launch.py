@@ -37,6 +37,8 @@ from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 from finetune_bench.running.worker import (
     COLLECTIVE_TIMEOUT_ENV,
     ERROR_TAIL_LINES,
+    LAUNCHED_AT_ENV,
+    LAUNCHER_ONLY,
     PARENT_PID_ENV,
     RESULT_FILE,
     STEPS_FILE,
@@ -176,6 +178,8 @@ class ChildEnding:
     wall_time_s: float
     # Why the child was killed before it ended ("" when it was not): `stop_when`'s answer.
     stopped: str = ""
+    # The monotonic clock when the child had ended (its `exit_s` ends there).
+    ended_at: float = 0.0
 
 
 def run_isolated(
@@ -190,6 +194,7 @@ def run_isolated(
     `timeout_s` passes or `stop_when()` gives a reason (asked every `poll_s` seconds); nothing it started
     outlives it."""
     started = time.monotonic()
+    env = {**env, LAUNCHED_AT_ENV: repr(started)}  # the child's `startup_s` starts here
     deadline = started + timeout_s
     timed_out = False
     stopped = ""
@@ -217,7 +222,8 @@ def run_isolated(
             if child.returncode is None:
                 _kill_group(child)
             _kill_leftovers(child.pid)
-    return ChildEnding(returncode, timed_out, time.monotonic() - started, stopped)
+    ended = time.monotonic()
+    return ChildEnding(returncode, timed_out, ended - started, stopped, ended)
 
 
 class ParentTerminated(SystemExit):
@@ -290,7 +296,11 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
         return result
     if record_file.exists() and not timed_out:
         outcome = ChildOutcome.from_json(record_file.read_text())
-        result = dataclasses.replace(result, **dataclasses.asdict(outcome))
+        fields = dataclasses.asdict(outcome)
+        written_at = fields["written_at"]
+        result = dataclasses.replace(result, **{k: v for k, v in fields.items() if k not in LAUNCHER_ONLY})
+        if written_at and ending.ended_at >= written_at:  # the child's exit, after its record was written
+            result.metrics["exit_s"] = ending.ended_at - written_at
         if result.status != OK and not result.error_tail:
             result.error_tail = _log_tail(work_dir)
         return result
@@ -340,15 +350,19 @@ def run_or_reuse(
     # Held from the lookup to the save: a grid started beside this one on the same machine waits, then reuses
     # this run instead of measuring it at the same time on the same device.
     with device_lock(hardware) as waited_s:
+        looked_up = time.perf_counter()
         result, problems, notes = (
             (None, [], {}) if force_fresh else stored_result(store, key, Path(work_dir), name, run, identity)
         )
-        if result is not None:
+        store_s = time.perf_counter() - looked_up
+        if result is not None:  # as it was stored (its own lookup's `store_s`): a resumed grid reports the same
             logger.info("%s: reused the stored result %s", name, key)
             result.reused = True
         else:
             result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
             result.details.update(notes)
+            if not force_fresh:
+                result.metrics["store_s"] = store_s
             problems.extend(save_result(store, key, result, identity, name))
             result.problems.extend(problems)
     if waited_s >= 1:

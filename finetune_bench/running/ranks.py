@@ -126,11 +126,13 @@ def _failed_rank(store: "torch.distributed.Store") -> int | None:  # noqa: F821
 
 @dataclass
 class RankReport:
-    """What a rank files for rank 0: its summary, the totals its rates come from, and its error's tail."""
+    """What a rank files for rank 0: its summary, the totals its rates come from, its error's tail, and its own
+    figures of the `MAX` metrics its summary has no field for (the timeline's phases)."""
 
     summary: RankSummary
     totals: dict[str, float]
     error_tail: str = ""
+    maxima: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -138,7 +140,12 @@ class RankReport:
     @classmethod
     def from_json(cls, text: str) -> "RankReport":
         data = json.loads(text)
-        return cls(summary=RankSummary(**data["summary"]), totals=data["totals"], error_tail=data["error_tail"])
+        return cls(
+            summary=RankSummary(**data["summary"]),
+            totals=data["totals"],
+            error_tail=data["error_tail"],
+            maxima=data["maxima"],
+        )
 
 
 def run_on_ranks(
@@ -171,13 +178,15 @@ def run_on_ranks(
                 dataset_dir, model_dir = fetch_sources()
                 store.set(f"sources/{place.node_rank}", json.dumps([str(dataset_dir), str(model_dir), waited_s]))
             dataset_dir, model_dir, waited_s = json.loads(_wait(store, f"sources/{place.node_rank}", deadline))
-            problems, notes = [], {}
+            problems, notes, store_s = [], {}, None
             if place.rank == 0:
                 for node in range(place.world_size // place.local_world_size):
                     _wait(store, f"sources/{node}", deadline)
                 stored = None
                 if not force_fresh:
+                    looked_up = time.perf_counter()
                     stored, problems, notes = stored_result(results_store, key, work_dir, name, run, identity)
+                    store_s = time.perf_counter() - looked_up
                 store.set("decision", "reuse" if stored is not None else "train")
                 if stored is not None:
                     logger.info("%s: reused the stored result %s", name, key)
@@ -195,6 +204,8 @@ def run_on_ranks(
         merged.details.update(notes)
         if waited_s >= 1:
             merged.details["waited_for_device_s"] = f"{waited_s:.0f}"
+        if store_s is not None:  # rank 0's lookup
+            merged.metrics["store_s"] = store_s
         merged.problems.extend(problems)
         merged.problems.extend(save_result(results_store, key, merged, identity, name))
         merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
@@ -266,7 +277,9 @@ def _train_rank(
         nvml_peak_bytes=metrics.get("nvml_process_peak_bytes", metrics.get("nvml_device_used_peak_bytes")),
     )
     totals = {name: metrics[name] for name in TOTALS if name in metrics}
-    return RankReport(summary, totals, result.error_tail if result.status not in (OK, STOPPED) else ""), result
+    maxima = {name: metrics[name] for name in _MAXIMA if name in metrics}
+    error_tail = result.error_tail if result.status not in (OK, STOPPED) else ""
+    return RankReport(summary, totals, error_tail, maxima), result
 
 
 def _gather_reports(store: "torch.distributed.Store", world_size: int, own: RankReport) -> list[RankReport]:  # noqa: F821
@@ -287,11 +300,18 @@ def _gather_reports(store: "torch.distributed.Store", world_size: int, own: Rank
 
 # The rank summary's field of each per-rank peak (`MAX` in the metrics table) where its name is not the metric's.
 _SUMMARY_FIELD = {"nvml_rank_peak_bytes": "nvml_peak_bytes"}
+_SUMMARY_FIELDS = {field.name for field in dataclasses.fields(RankSummary)}
+# The `MAX` metrics a rank files in its report's `maxima` (its summary has no field for them).
+_MAXIMA = tuple(
+    m.name for m in METRICS.values() if m.ranks == MAX and _SUMMARY_FIELD.get(m.name, m.name) not in _SUMMARY_FIELDS
+)
 
 
-def rank_figure(summary: RankSummary, metric: str) -> float | None:
-    """What rank `summary` filed of the per-rank peak `metric`."""
-    return getattr(summary, _SUMMARY_FIELD.get(metric, metric))
+def rank_figure(report: RankReport, metric: str) -> float | None:
+    """What the rank of `report` filed of the `MAX` metric `metric` (None: nothing)."""
+    if metric in _MAXIMA:
+        return report.maxima.get(metric)
+    return getattr(report.summary, _SUMMARY_FIELD.get(metric, metric))
 
 
 def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None) -> RunResult:
@@ -375,8 +395,9 @@ def combined_metrics(reports: list[RankReport], gpu_name: str) -> dict[str, floa
             if utilization is not None:
                 out["mfu"] = utilization
     for metric in (m for m in METRICS.values() if m.ranks == MAX):
-        values = [rank_figure(report.summary, metric.name) for report in reports]
+        values = [rank_figure(report, metric.name) for report in reports]
         if values and all(v is not None for v in values):
             out[metric.name] = float(max(values))
-            out[f"{metric.name}_spread"] = float(max(values) - min(values))
+            if f"{metric.name}_spread" in METRICS:  # a memory peak's spread over the ranks
+                out[f"{metric.name}_spread"] = float(max(values) - min(values))
     return out

@@ -6,14 +6,17 @@ Every ending the child can catch is written as a result (ok, oom, error); ending
 """
 
 import argparse
+import atexit
 import dataclasses
 import importlib
 import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, says_out_of_memory
@@ -28,13 +31,16 @@ PARENT_PID_ENV = "FINETUNE_BENCH_PARENT_PID"
 # longer than the condition's timeout, so that a rank that hangs ends the run as a timeout of its own (its
 # supervisor's), not as its peers' collective errors.
 COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
+# The launcher's monotonic clock (time.monotonic, one clock for every process of the machine) when it started this
+# process: the run's `startup_s` ends at the worker's main.
+LAUNCHED_AT_ENV = "FINETUNE_BENCH_LAUNCHED_AT"
 _PR_SET_PDEATHSIG = 1
 
 
 @dataclasses.dataclass
 class ChildOutcome:
     """What the child writes for its launcher (`RESULT_FILE`): how the run ended and what it measured. The
-    launcher takes every field as the run result's field of the same name."""
+    launcher takes every field but `LAUNCHER_ONLY` as the run result's field of the same name."""
 
     status: str
     reason: str = ""
@@ -44,6 +50,9 @@ class ChildOutcome:
     details: dict[str, str] = dataclasses.field(default_factory=dict)
     liger_patches: dict[str, int] = dataclasses.field(default_factory=dict)
     loss_path: str = ""
+    # The child's monotonic clock as it wrote this record: the launcher's `exit_s` runs from there to the child's
+    # exit (0: not known).
+    written_at: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -64,6 +73,20 @@ class ChildOutcome:
         return cls(**record)
 
 
+# The fields of the outcome that are the launcher's to read, not the run result's.
+LAUNCHER_ONLY = ("written_at",)
+
+
+def startup_seconds(environ: dict[str, str], now: float) -> float | None:
+    """The run's `startup_s`: from the launcher's start of this process (`LAUNCHED_AT_ENV`) to `now` (monotonic);
+    None when the launcher left no stamp, or one this process cannot have come after (not the launcher's clock)."""
+    try:
+        launched = float(environ[LAUNCHED_AT_ENV])
+    except (KeyError, ValueError):
+        return None
+    return now - launched if 0 <= now - launched < 86400 else None
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the launcher dies, however it dies (SIGKILL included); exit
     at once if it is already gone. A no-op elsewhere, and when not started by the launcher."""
@@ -80,6 +103,7 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    main_at = time.monotonic()
     parser = argparse.ArgumentParser()
     parser.add_argument("--condition", type=Path, required=True)
     parser.add_argument("--dataset-dir", type=Path, required=True)
@@ -105,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from finetune_bench.running.liger_patching import LigerNotApplied
 
+    imports_s = time.monotonic() - main_at
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
     device = resolve_device(args.device)
     distributed = args.world_size > 1  # one rank of a run on several GPUs (`running.ranks`)
@@ -119,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
         install_interpreter_shims()
     recorder = StepRecorder(device=device, warmup_steps=args.timing_warmup_steps, steps_file=opts.out / STEPS_FILE)
+    startup_s = startup_seconds(os.environ, main_at)
+    if startup_s is not None:
+        recorder.phases["startup_s"] = startup_s
+    recorder.phases["imports_s"] = imports_s
     outcome = ChildOutcome(
         status=OK,
         details={
@@ -130,14 +159,17 @@ def main(argv: list[str] | None = None) -> int:
         },
         environment=environment(device),
     )
+    teardown_from: float | None = None
     try:
         check_allocator(args.allocator, os.environ)
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
             ranks.start_process_group(device, float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)))
-        backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
+        with recorder.phase("imports_s"):
+            backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
         with pinned_attention(args.attention, device, dtype):  # the backward passes and evaluations too
             extra = backend.train(args, opts.dataset_dir, opts.model_dir, device, dtype, recorder, opts.out)
+        teardown_from = time.perf_counter()
         if distributed:
             ranks.end_process_group()
         outcome.liger_patches = extra.pop("liger_patches", {})
@@ -160,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             outcome.status, outcome.reason = ERROR, f"{type(exc).__name__}: {_first_line(exc)}"
         outcome.error_tail = _tail(traceback.format_exc())
+    if teardown_from is None:  # ended by an exception: the teardown starts with its handling
+        teardown_from = time.perf_counter()
     recorder.end_training()
     outcome.metrics = recorder.summary(gpu_name=outcome.environment.get("gpu_name", ""))
     outcome.details["steps_completed"] = str(len(recorder.steps))
@@ -170,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     outcome.details["model_flops_formula"] = recorder.flops_formula
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
+    outcome.metrics["teardown_s"] = time.perf_counter() - teardown_from
+    outcome.written_at = time.monotonic()
     (opts.out / RESULT_FILE).write_text(outcome.to_json())
     if distributed and outcome.status != OK:
         # Tearing down a process group whose peers are still in a collective can block: the result is written,
@@ -178,6 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(1)
     return 0 if outcome.status == OK else 1
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process with `code`, its result written, without the interpreter's finalization: tearing down the
+    module graph of torch, transformers and the rest took 1.3-1.6 s of every run on a CPU (its `exit_s`), and the
+    device's context is freed by the driver when the process ends either way. What of the finalization matters runs
+    first: the exit handlers (logging's handlers flushed, file locks released, weakref finalizers, multiprocessing's
+    children joined) and stdout and stderr flushed."""
+    atexit._run_exitfuncs()  # what a normal exit runs before it tears the modules down
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _out_of_memory(steps_done: int, exc: BaseException) -> str:
@@ -195,4 +243,4 @@ def _tail(text: str) -> str:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())
+    end_process(main())

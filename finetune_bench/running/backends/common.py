@@ -212,4 +212,7 @@ def profile_after_timed_steps(
     if not args.profile:
         return {}
     recorder.end_training()
-    return profile_after_training(step, args.profile_steps, device, work_dir / PROFILE_DIR, alone=args.world_size == 1)
+    with recorder.phase("profile_s"):
+        return profile_after_training(
+            step, args.profile_steps, device, work_dir / PROFILE_DIR, alone=args.world_size == 1
+        )

@@ -55,22 +55,24 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
-    loaded, path = load_for_criterion(args, model_dir, device, dtype)
-    compute_loss = forward_loss(path.criterion, path)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    recorder.attach_model(model, training=False)
-    model.config.use_cache = False  # one forward per batch: a KV cache would only cost memory
-    model.eval()
+    with recorder.phase("model_init_s"):
+        loaded, path = load_for_criterion(args, model_dir, device, dtype)
+        compute_loss = forward_loss(path.criterion, path)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        recorder.attach_model(model, training=False)
+        model.config.use_cache = False  # one forward per batch: a KV cache would only cost memory
+        model.eval()
 
-    data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
-    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
-    # The plain loop's batches: the same ones in the same order for the same seed.
-    batches = training_batches(
-        data,
-        args,
-        lambda rows: collate(rows, tokenizer.pad_token_id, args.pad_to_multiple_of),
-        pin_memory=device.type == "cuda",
-    )
+    with recorder.phase("data_s"):
+        data = tokenize_prompt_completion(load_prompt_completion(dataset_dir), tokenizer, args.max_seq_length)
+        require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
+        # The plain loop's batches: the same ones in the same order for the same seed.
+        batches = training_batches(
+            data,
+            args,
+            lambda rows: collate(rows, tokenizer.pad_token_id, args.pad_to_multiple_of),
+            pin_memory=device.type == "cuda",
+        )
 
     def forward_step(record: bool) -> torch.Tensor:
         """The forward passes of one step's micro-batches; their mean loss. `record`: a timed step."""

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import torch
 
+# At import, not in `train`: the worker counts them in the run's `imports_s`, not in its other phases.
+from transformers import Trainer, TrainingArguments
+
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
@@ -44,36 +47,36 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
-    from transformers import Trainer, TrainingArguments
-
     arm = parse_arm(args.arm)
     criterion = arm.loss_criterion(args.criterion)
-    if arm.cce:  # Cut Cross-Entropy computes the loss: Liger's loss kernels stay off
-        loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
-    else:
-        loaded = load_model(args, model_dir, device, dtype)
-    loaded.model.config.use_cache = False
-    if args.lora_rank > 0:  # after load_model: Liger patches the base model, peft wraps the patched model
-        loaded.model = apply_lora(loaded.model, args)
-    # after freezing: frozen weights get no weight-gradient FLOPs (flops.model_flops_per_token)
-    recorder.attach_model(loaded.model)
-    # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
-    # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
-    path = loss_path(loaded.model, criterion)
-    training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
-    evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
-    data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
-    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
-    trainer_class = cut_cross_entropy_trainer(Trainer) if arm.cce else Trainer
-    trainer = recording_trainer(trainer_class, recorder)(
-        model=loaded.model,
-        args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
-        train_dataset=data,
-        data_collator=partial(
-            collate, pad_token_id=loaded.tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
-        ),
-        callbacks=[recording_callback(recorder, evaluator)],
-    )
+    with recorder.phase("model_init_s"):
+        if arm.cce:  # Cut Cross-Entropy computes the loss: Liger's loss kernels stay off
+            loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
+        else:
+            loaded = load_model(args, model_dir, device, dtype)
+        loaded.model.config.use_cache = False
+        if args.lora_rank > 0:  # after load_model: Liger patches the base model, peft wraps the patched model
+            loaded.model = apply_lora(loaded.model, args)
+        # after freezing: frozen weights get no weight-gradient FLOPs (flops.model_flops_per_token)
+        recorder.attach_model(loaded.model)
+        # Read before the Trainer runs: with bf16 on a GPU, accelerate wraps the model's forward for autocast,
+        # which hides Liger's fused forward from `loss_path` (seen on an H200: a liger arm reported as hf).
+        path = loss_path(loaded.model, criterion)
+    with recorder.phase("data_s"):
+        training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+        evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
+        data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
+        require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
+        trainer_class = cut_cross_entropy_trainer(Trainer) if arm.cce else Trainer
+        trainer = recording_trainer(trainer_class, recorder)(
+            model=loaded.model,
+            args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
+            train_dataset=data,
+            data_collator=partial(
+                collate, pad_token_id=loaded.tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
+            ),
+            callbacks=[recording_callback(recorder, evaluator)],
+        )
     trainer.train()
     profiled = profile_after_timed_steps(
         args, recorder, trainer_step_function(trainer), device, work_dir

@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+# At import, not in `train`: the worker counts them in the run's `imports_s`, not in its other phases.
+from transformers import Trainer, TrainingArguments, get_scheduler
+from transformers.trainer_pt_utils import get_parameter_names
+
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.loss_paths import CCE_CRITERION, CUT_CROSS_ENTROPY, LIGER_FUSED, LossPath
 from finetune_bench.inputs.settings import TrainingArgs
@@ -53,9 +57,6 @@ if TYPE_CHECKING:
 
 def build_optimizer(args: TrainingArgs, model: torch.nn.Module, work_dir: Path) -> torch.optim.Optimizer:
     """The optimizer the HF Trainer would build for `args.optim`, with the Trainer's weight-decay groups."""
-    from transformers import Trainer, TrainingArguments
-    from transformers.trainer_pt_utils import get_parameter_names
-
     hf_args = TrainingArguments(
         output_dir=str(work_dir / "optimizer-args"),
         optim=args.optim,
@@ -235,31 +236,33 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
-    from transformers import get_scheduler
+    with recorder.phase("model_init_s"):
+        loaded, path = load_for_criterion(args, model_dir, device, dtype)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        recorder.attach_model(model)
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+        model.train()
+        # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
+        trained = TrainingModule(model, loss_function(path.criterion))
+        if args.world_size > 1:
+            trained = share_model(trained, args, device)
 
-    loaded, path = load_for_criterion(args, model_dir, device, dtype)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    recorder.attach_model(model)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    model.config.use_cache = False
-    model.train()
-    # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
-    trained = TrainingModule(model, loss_function(path.criterion))
-    if args.world_size > 1:
-        trained = share_model(trained, args, device)
-
-    training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
-    evaluator = HeldOutEvaluator(args, held_out, tokenizer, device, recorder)
-    data = tokenize_prompt_completion(training, tokenizer, args.max_seq_length)
-    if args.packing:
-        check_packing_isolates_examples(model)
-        data = pack(data, args.max_seq_length)
-        collate_rows = collate_packed
-    else:
-        collate_rows = partial(collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of)
-    require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
-    batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
+    with recorder.phase("data_s"):
+        training, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+        evaluator = HeldOutEvaluator(args, held_out, tokenizer, device, recorder)
+        data = tokenize_prompt_completion(training, tokenizer, args.max_seq_length)
+        if args.packing:
+            check_packing_isolates_examples(model)
+            data = pack(data, args.max_seq_length)
+            collate_rows = collate_packed
+        else:
+            collate_rows = partial(
+                collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
+            )
+        require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
+        batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
     optimizer = build_optimizer(args, model, work_dir)  # after sharding: FSDP's parameters are the shards
     scheduler = get_scheduler(
         args.lr_scheduler_type,

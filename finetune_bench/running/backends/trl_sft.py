@@ -14,10 +14,14 @@ from typing import Any
 
 import torch
 
+# At import, not in `train`: the worker counts them in the run's `imports_s`, not in its other phases.
+from transformers import Trainer
+from trl import SFTConfig, SFTTrainer
+
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
-from finetune_bench.running.backends.common import load_model, profile_after_timed_steps, run_details
+from finetune_bench.running.backends.common import LoadedModel, load_model, profile_after_timed_steps, run_details
 from finetune_bench.running.backends.data import check_packing_isolates_examples, require_one_batch
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.plain_loop import loss_details
@@ -41,11 +45,29 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
-    from transformers import Trainer
-    from trl import SFTConfig, SFTTrainer
-
     arm = parse_arm(args.arm)
     criterion = arm.loss_criterion(args.criterion)
+    with recorder.phase("model_init_s"):
+        loaded, trainer_class = _load(args, model_dir, device, dtype, criterion)
+        # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
+        # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
+        path = loss_path(loaded.model, criterion)
+        recorder.attach_model(loaded.model)
+    with recorder.phase("data_s"):  # SFTTrainer tokenizes (and packs) the dataset as it is built
+        trainer = _trainer(args, dataset_dir, device, dtype, recorder, work_dir, loaded, trainer_class)
+    trainer.train()
+    profiled = profile_after_timed_steps(
+        args, recorder, trainer_step_function(trainer), device, work_dir
+    )  # a failure: a detail
+    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
+
+
+def _load(
+    args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype, criterion: str
+) -> tuple[LoadedModel, type]:
+    """The model (Liger's loss kernels off where another loss is computed) and the SFTTrainer class that computes
+    the run's loss."""
+    arm = parse_arm(args.arm)
     if criterion == "trl":
         loaded = load_model(args, model_dir, device, dtype, fused_linear_cross_entropy=False, cross_entropy=False)
         trainer_class = SFTTrainer
@@ -67,10 +89,20 @@ def train(
                 return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
         trainer_class = ModelLossSFTTrainer
-    # Read before SFTTrainer wraps the forward with its fused LM head (which it only uses when
-    # asked to, with `fused_lm_head=True`; transformers' compute_loss never asks).
-    path = loss_path(loaded.model, criterion)
-    recorder.attach_model(loaded.model)
+    return loaded, trainer_class
+
+
+def _trainer(
+    args: TrainingArgs,
+    dataset_dir: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    recorder: StepRecorder,
+    work_dir: Path,
+    loaded: LoadedModel,
+    trainer_class: type,
+) -> SFTTrainer:
+    """The SFTTrainer of the run on its data, recording every step and running the held-out evaluations."""
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     if not args.packing:  # packed, several examples share a row: TRL counts the rows
@@ -98,8 +130,4 @@ def train(
         processing_class=loaded.tokenizer,
         callbacks=[recording_callback(recorder, evaluator)],
     )
-    trainer.train()
-    profiled = profile_after_timed_steps(
-        args, recorder, trainer_step_function(trainer), device, work_dir
-    )  # a failure: a detail
-    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
+    return trainer
