@@ -5,10 +5,12 @@ import hashlib
 import os
 import platform
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from finetune_bench.measuring.gpu import driver_version
+
+if TYPE_CHECKING:
+    import torch
 
 # The lockfile every install is made from (`make lock` refreshes it), at the root of a checkout.
 LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
@@ -24,9 +26,26 @@ def lock_digest() -> str:
     return os.environ.get(LOCK_DIGEST_ENV) or "none"
 
 
-def environment(device: torch.device) -> dict[str, str]:
+# The packages whose versions change the numbers, recorded with every run (and shown by the report).
+RECORDED_PACKAGES = (
+    "torch",
+    "triton",
+    "transformers",
+    "trl",
+    "peft",
+    "liger-kernel",
+    "cut-cross-entropy",
+    "torchao",
+    "datasets",
+    "accelerate",
+)
+
+
+def environment(device: "torch.device") -> dict[str, str]:
     """Where and with what a run happened."""
     import importlib.metadata as md
+
+    import torch
 
     env = {
         "hostname": platform.node(),
@@ -34,18 +53,7 @@ def environment(device: torch.device) -> dict[str, str]:
         "device_type": device.type,
         "lock_sha256": lock_digest(),
     }
-    for package in (
-        "torch",
-        "triton",
-        "transformers",
-        "trl",
-        "peft",
-        "liger-kernel",
-        "cut-cross-entropy",
-        "torchao",
-        "datasets",
-        "accelerate",
-    ):
+    for package in RECORDED_PACKAGES:
         try:
             env[package] = md.version(package)
         except md.PackageNotFoundError:

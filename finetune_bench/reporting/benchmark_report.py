@@ -19,7 +19,9 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # n
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
 from finetune_bench.analysis.tables import COST_COLUMN, METRIC_BY_COLUMN, profile_categories, ran_on_cpu  # noqa: E402
+from finetune_bench.analysis.timeline import IN_WALL_COLUMNS, OTHER_COLUMN  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
+from finetune_bench.measuring.environment import RECORDED_PACKAGES
 from finetune_bench.reporting.html import Report, arm_order, arm_palette, figure_html, short_number, table_html  # noqa: E402
 from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT
 
@@ -48,12 +50,7 @@ ENVIRONMENT_KEYS = (
     "cuda",
     "cpu",
     "hostname",
-    "torch",
-    "triton",
-    "transformers",
-    "trl",
-    "peft",
-    "liger-kernel",
+    *RECORDED_PACKAGES,
     "python",
     "lock_sha256",
 )
@@ -661,9 +658,49 @@ def _conditions_tab(a: GridAnalysis) -> str:
     return "\n".join(parts)
 
 
+def _timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
+    """One stacked bar per condition: its median wall time split into the phases of the timeline and the remainder
+    no phase covers (a phase no run measured has no segment)."""
+    keys = [axis for axis in swept if axis in timeline] or ["condition_id"]
+    labels = [", ".join(str(row[k]) for k in keys) for _, row in timeline.iterrows()]
+    segments = [*IN_WALL_COLUMNS, OTHER_COLUMN]
+    colors = dict(zip(segments, sns.color_palette("tab20", len(segments)), strict=True))
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.8))
+    left = pd.Series(0.0, index=timeline.index)
+    for column in segments:
+        values = timeline[column].fillna(0.0).clip(lower=0.0)
+        if (values > 0).any():
+            ax.barh(labels, values, left=left, color=colors[column], label=column.removesuffix("_s"))
+            left = left + values
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (median over the condition's ok runs)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, fontsize=8, frameon=False)
+    ax.set_title("Where a run's wall time went")
+    fig.tight_layout()
+    return fig
+
+
+def _timeline_html(a: GridAnalysis) -> str:
+    """Per condition, where its runs' wall time went (`GridAnalysis.timeline`); nothing when no run has a timeline."""
+    if a.timeline.empty:
+        return ""
+    return (
+        "<h3>Where the wall time went</h3><p>Each condition's median over its ok runs of every phase of a run, from "
+        "the launcher starting its child process to the child's exit (<code>wall_time_s</code>): start-up, imports, "
+        "the model built, the data prepared, the set-up before the first step, the warm-up and the timed steps, "
+        "the evaluations, the profile, writing the result and the exit. A phase no run measured is left empty "
+        "(–), not 0; <code>other_s</code> is the wall time no measured phase covers, and "
+        "<code>outside_steps_s</code> the wall time outside the warm-up and the timed steps. "
+        "<code>store_s</code> is the launcher's results-store lookup before the run, outside the wall time.</p>"
+        + figure_html(_timeline_figure(a.timeline, a.swept), "where the wall time went, per condition")
+        + table_html(a.timeline)
+    )
+
+
 def _runs_tab(a: GridAnalysis) -> str:
     # Whether a run was reused from the results store is bookkeeping: a resumed grid reports like an uninterrupted one.
-    return table_html(a.table[[c for c in a.table.columns if c not in ("error_tail", "reused")]])
+    runs = table_html(a.table[[c for c in a.table.columns if c not in ("error_tail", "reused")]])
+    return _timeline_html(a) + "<h3>Every run</h3>" + runs
 
 
 def _stacks_figure(stacks: pd.DataFrame, swept: list[str]) -> plt.Figure:
