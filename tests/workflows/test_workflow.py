@@ -83,8 +83,10 @@ def test_smoke_steps_belong_to_their_run(smoke_outputs):
 def test_smoke_report(smoke_outputs):
     _, _, report, _ = smoke_outputs
     text = report.read_text()
-    # throughput, memory (host RSS on a CPU), speedup heatmap, loss curves, step times; no MFU on a CPU
-    assert text.count("data:image/png;base64,") == 5
+    # throughput, memory (host RSS on a CPU), speedup heatmap, loss curves, step times, where the wall time went;
+    # no MFU on a CPU
+    assert text.count("data:image/png;base64,") == 6
+    assert "Where the wall time went" in text
     assert "These runs happened on a CPU" in text
     assert "liger vs baseline: throughput ×" in text and "over 2 condition(s)" in text
 
