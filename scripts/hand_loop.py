@@ -6,7 +6,7 @@ weights (`--fused`: fused AdamW, as `optim: adamw_torch_fused`); step time taken
 at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
-        [--num-hidden-layers N]
+        [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]]
 
 --arm: an arm as the benchmark's inputs name it (`baseline`, `liger`, `liger-without-loss+cce`, `float8+compile`,
 ...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
@@ -42,6 +42,16 @@ def main() -> None:
     parser.add_argument("--cce", action="store_true", help="the loss by Cut Cross-Entropy")
     parser.add_argument("--fused", action="store_true", help="fused AdamW (the inputs' optim adamw_torch_fused)")
     parser.add_argument("--num-hidden-layers", type=int, default=0, help="the architecture with this many layers")
+    parser.add_argument(
+        "--profile-dir", default="", help="after the timed steps, profile --profile-steps more steps into this folder "
+        "(the benchmark's own profiler: kernel table, trace, memory snapshot), to compare with a profiled run's"
+    )
+    parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument(
+        "--masked-prompt-tokens", type=int, default=0,
+        help="pass an attention mask (all ones) and leave the loss off the first N tokens of every row (-100 labels), "
+        "as the benchmark's plain loop does with prompt/completion examples",
+    )
     opts = parser.parse_args()
     arm = parse_arm(
         opts.arm or "+".join(name for name, on in (("liger", opts.liger), ("cce", opts.cce)) if on) or "baseline"
@@ -79,14 +89,18 @@ def main() -> None:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times = []
-    last = time.perf_counter()
-    for _ in range(opts.steps):
+
+    def step() -> None:
         ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
         if arm.cce:
             from cut_cross_entropy import linear_cross_entropy
 
             hidden = model.model(input_ids=ids).last_hidden_state
             loss = linear_cross_entropy(hidden, model.lm_head.weight, ids, shift=True)
+        elif opts.masked_prompt_tokens:
+            labels = ids.clone()
+            labels[:, : opts.masked_prompt_tokens] = -100
+            loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -94,11 +108,22 @@ def main() -> None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), opts.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    last = time.perf_counter()
+    for _ in range(opts.steps):
+        step()
         torch.cuda.synchronize()
         now = time.perf_counter()
         times.append(now - last)
         last = now
     measured = times[opts.warmup :]
+    peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    if opts.profile_dir:
+        from pathlib import Path
+
+        from finetune_bench.measuring.profiling import profile_steps
+
+        profile_steps(step, opts.profile_steps, device, Path(opts.profile_dir))
     tokens = opts.batch * opts.seq
     print(
         json.dumps(
@@ -107,13 +132,14 @@ def main() -> None:
                 "arm": arm.name,
                 "num_hidden_layers": config.num_hidden_layers,
                 "fused_adamw": opts.fused,
+                "masked_prompt_tokens": opts.masked_prompt_tokens,
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,
                 "tokens_per_second": tokens * len(measured) / sum(measured),
                 "step_time_median_s": statistics.median(measured),
-                "peak_allocated_gib": torch.cuda.max_memory_allocated() / 1024**3,
-                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 1024**3,
+                "peak_allocated_gib": peak_allocated / 1024**3,
+                "peak_reserved_gib": peak_reserved / 1024**3,
                 "step_times_s": [round(t, 4) for t in times],
                 "gpu": torch.cuda.get_device_name(),
             }

@@ -62,6 +62,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             loss_path=result.loss_path,
             liger_patches=json.dumps(result.liger_patches, sort_keys=True) if result.liger_patches else "",
             wall_time_s=result.wall_time_s,
+            # forked from the fork server (the imports done before the run) or a fresh interpreter
+            child_started=result.details.get("child_started", ""),
             reused=result.reused,
             problems="; ".join(result.problems),
             # the profile after the timed steps failed (the run's measurements stand)

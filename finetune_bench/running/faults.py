@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 FAULT_ENV = "FINETUNE_BENCH_FAULT"
 # Set by the launcher in each child: which run it is (`<condition_id>#<run_number>`).
 RUN_ENV = "FINETUNE_BENCH_RUN"
+# Set by the launcher in each child: the launching process's id (the `interrupt` fault's target; a child forked by the
+# fork server has its keeper as parent, `running.forkserver`).
+LAUNCHER_PID_ENV = "FINETUNE_BENCH_LAUNCHER_PID"
 FAULT_KINDS = ("oom", "cublas_oom", "error", "exit", "segfault", "sigkill", "hang", "nan", "interrupt")
 FAKE_MEMORY_ENV = "FINETUNE_BENCH_FAKE_MEMORY_TOKENS"
 
@@ -98,7 +101,7 @@ def maybe_inject(step: int, model: "torch.nn.Module | None" = None) -> None:
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "interrupt":
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(int(os.environ.get(LAUNCHER_PID_ENV) or os.getppid()), signal.SIGKILL)
         os._exit(4)
     if kind == "hang":
         while True:

@@ -32,7 +32,8 @@ from finetune_bench.results.store import (
 )
 from finetune_bench.running.allocator import set_allocator
 from finetune_bench.running.device_lock import device_lock
-from finetune_bench.running.faults import RUN_ENV
+from finetune_bench.running import forkserver
+from finetune_bench.running.faults import LAUNCHER_PID_ENV, RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 from finetune_bench.running.worker import (
     COLLECTIVE_TIMEOUT_ENV,
@@ -77,7 +78,7 @@ def isolated_env() -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.startswith(SECRET_ENV_PREFIX) and key not in CHILD_WITHHELD_ENV
     }
-    env[PARENT_PID_ENV] = str(os.getpid())
+    env[PARENT_PID_ENV] = env[LAUNCHER_PID_ENV] = str(os.getpid())
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -149,25 +150,20 @@ def run_child(
     work_dir.mkdir(parents=True, exist_ok=True)
     condition_file = work_dir / "condition.json"
     condition_file.write_text(json.dumps(dataclasses.asdict(run.training_args), indent=2))
-    command = [
-        sys.executable,
-        "-m",
-        "finetune_bench.running.worker",
-        "--condition",
-        str(condition_file),
-        "--dataset-dir",
-        str(dataset_dir),
-        "--model-dir",
-        str(model_dir),
-        "--out",
-        str(work_dir),
-    ]
+    worker_args = ["--condition", str(condition_file), "--dataset-dir", str(dataset_dir)]
+    worker_args += ["--model-dir", str(model_dir), "--out", str(work_dir)]
     env = child_env(run, rank)
     if rank is not None:  # a hung peer: the supervisors' timeouts end the run before any collective gives up
         env[COLLECTIVE_TIMEOUT_ENV] = f"{timeout_s + _COLLECTIVE_MARGIN_S:.0f}"
-    ending = run_isolated(command, work_dir, env, timeout_s, stop_when, poll_s)
+    # One GPU's run forks from the fork server (`running.forkserver`); a rank's supervisor is a process of its own
+    # launch, which would pay the server's imports for its one child.
+    ending = run_isolated(
+        [sys.executable, "-m", forkserver.WORKER_MODULE, *worker_args], work_dir, env, timeout_s, stop_when, poll_s,
+        forkable=rank is None and forkserver.enabled(),
+    )  # fmt: skip
     result = _classify(run, work_dir, ending, timeout_s)
     result.wall_time_s = ending.wall_time_s
+    result.details["child_started"] = "forked from the fork server" if ending.forked else "fresh interpreter"
     return result
 
 
@@ -180,6 +176,8 @@ class ChildEnding:
     stopped: str = ""
     # The monotonic clock when the child had ended (its `exit_s` ends there).
     ended_at: float = 0.0
+    # How the child started: forked from the fork server, or a fresh interpreter.
+    forked: bool = False
 
 
 def run_isolated(
@@ -189,10 +187,12 @@ def run_isolated(
     timeout_s: float,
     stop_when: Callable[[], str] | None = None,
     poll_s: float = 1.0,
+    forkable: bool = False,
 ) -> ChildEnding:
     """Run `command` in a child process of its own session (its output in `work_dir`/LOG_FILE) until it exits,
     `timeout_s` passes or `stop_when()` gives a reason (asked every `poll_s` seconds); nothing it started
-    outlives it."""
+    outlives it. `forkable`: `command` runs the training worker, which the fork server can fork (a fresh
+    interpreter when it cannot)."""
     started = time.monotonic()
     env = {**env, LAUNCHED_AT_ENV: repr(started)}  # the child's `startup_s` starts here
     deadline = started + timeout_s
@@ -202,7 +202,9 @@ def run_isolated(
         # A session of its own, so that a timeout kills the child's whole process group (its own children
         # included). The child also dies with this process (it asks the kernel to, see `worker`), and every
         # way this process can end (an exception, Ctrl-C, SIGTERM) kills the group first.
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        child = forkserver.start_child(command[3:], work_dir / LOG_FILE, env) if forkable else None
+        if child is None:
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             with _sigterm_raises():
                 while True:
@@ -223,7 +225,8 @@ def run_isolated(
                 _kill_group(child)
             _kill_leftovers(child.pid)
     ended = time.monotonic()
-    return ChildEnding(returncode, timed_out, ended - started, stopped, ended)
+    forked = isinstance(child, forkserver.ForkedChild)
+    return ChildEnding(returncode, timed_out, ended - started, stopped, ended, forked)
 
 
 class ParentTerminated(SystemExit):
@@ -248,7 +251,7 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _kill_group(child: subprocess.Popen) -> int:
+def _kill_group(child: "subprocess.Popen | forkserver.ForkedChild") -> int:
     """SIGTERM to the child's process group, SIGKILL after a grace period; the child's exit status."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

@@ -61,3 +61,25 @@ def test_pad_to_multiple_of_gives_every_batch_one_shape(backend, tmp_path, tiny_
     assert (steps["non_padding_tokens"] < 512).all()  # so each batch's longest row is shorter than 512 ...
     assert (steps["padded_tokens"] == 2 * 512).all()  # ... and only the rounding makes it 2 × 512
     assert result.metrics["final_eval_loss"] > 0  # the held-out batches, padded the same way, evaluated
+
+
+def test_the_plain_loops_loader_process_gives_the_batches_this_process_would(recwarn):
+    """On a GPU the plain loop reads and pads its next batches in a loader process, during the step before: the same
+    batches, in the same (seeded) order, as when this process reads them at each step's start (a CPU's runs)."""
+    import datasets
+
+    from finetune_bench.running.backends.data import collate
+    from finetune_bench.running.backends.plain_loop import training_batches
+
+    rows = [{"input_ids": list(range(i, i + 3 + i % 4)), "labels": list(range(i, i + 3 + i % 4))} for i in range(10)]
+    data = datasets.Dataset.from_list(rows)
+    args = TrainingArgs(per_device_train_batch_size=3)
+
+    def first(pin_memory: bool, count: int = 7) -> list[dict]:  # two epochs and more: the reshuffles too
+        batches = training_batches(data, args, lambda batch: collate(batch, pad_token_id=0), pin_memory)
+        return [next(batches) for _ in range(count)]
+
+    # pin_memory on a CPU: the loader process, without the pinning (PyTorch warns and leaves the tensors as they are)
+    for prefetched, here in zip(first(True), first(False), strict=True):
+        assert prefetched.keys() == here.keys()
+        assert all(torch.equal(prefetched[key], here[key]) for key in here)

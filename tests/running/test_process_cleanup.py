@@ -1,6 +1,7 @@
 """No process outlives the run that started it: however the launching process ends (Ctrl-C, SIGTERM, SIGKILL),
 the training child and its process group go with it; and the steps a killed child finished are kept."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import pandas as pd
 import pytest
 
 from finetune_bench.running.faults import FAULT_ENV
+from finetune_bench.running.forkserver import ENABLED_ENV
+from finetune_bench.running.launch import LOG_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +43,29 @@ def wait_for(condition, timeout_s: float = 60.0) -> bool:
     return False
 
 
+def processes_holding(path: Path) -> list[int]:
+    """The processes with `path` open: a run's child holds its log (stdout and stderr), whether it was forked from
+    the fork server (whose command line it shares) or started as a fresh interpreter."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def parent_of(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rpartition(")")[2].split()[1])
+
+
 LAUNCHER = textwrap.dedent(
     """
     import sys
@@ -56,22 +82,32 @@ LAUNCHER = textwrap.dedent(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("fork_server", ["1", "0"], ids=["forked", "fresh-interpreter"])
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-def test_the_child_dies_with_the_process_that_launched_it(how, tmp_path):
-    env = dict(os.environ, **{FAULT_ENV: "hang@0"}, PYTHONPATH=str(PROJECT_ROOT))
+def test_the_child_dies_with_the_process_that_launched_it(how, fork_server, tmp_path):
+    env = dict(os.environ, **{FAULT_ENV: "hang@0", ENABLED_ENV: fork_server}, PYTHONPATH=str(PROJECT_ROOT))
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], env=env, cwd=PROJECT_ROOT)
-    marker = str(tmp_path / "run")
+    log = tmp_path / "run" / LOG_FILE
+
+    def children() -> list[int]:
+        return [pid for pid in processes_holding(log) if pid != launcher.pid]
+
+    servers: list[int] = []
     try:
-        assert wait_for(lambda: processes_mentioning(f"--out {marker}")), "the training child never started"
+        assert wait_for(children), "the training child never started"
+        servers = [pid for pid in processes_mentioning("running.forkserver") if parent_of(pid) == launcher.pid]
+        assert len(servers) == (1 if fork_server == "1" else 0)
         time.sleep(0.5)  # the child is past its start-up (where it asks to die with its parent)
         launcher.send_signal(how)
         launcher.wait(timeout=60)
-        assert wait_for(lambda: not processes_mentioning(f"--out {marker}"), timeout_s=30), (
-            f"the training child outlived its launcher ({how.name})"
+        assert wait_for(lambda: not children(), timeout_s=30), f"the training child outlived its launcher ({how.name})"
+        assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in servers), timeout_s=30), (
+            f"the fork server outlived its launcher ({how.name})"
         )
     finally:
-        for pid in processes_mentioning(f"--out {marker}"):
-            os.kill(pid, signal.SIGKILL)
+        for pid in children() + servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if launcher.poll() is None:
             launcher.kill()
 

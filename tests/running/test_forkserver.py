@@ -1,0 +1,102 @@
+"""Runs forked from the fork server (finetune_bench.running.forkserver) are as isolated as fresh interpreters: what
+one run patches never reaches the next, a forked run measures what a fresh one measures, an environment the imports
+read gets a server of its own, and a server that cannot fork safely leaves each run a fresh interpreter."""
+
+import dataclasses
+import re
+import threading
+
+import pytest
+
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.running import forkserver
+from finetune_bench.running.faults import FAULT_ENV, RUN_ENV
+from finetune_bench.running.launch import run_in_child
+from finetune_bench.running.triton_cpu import INTERPRETER_ENV
+
+FORKED = "forked from the fork server"
+
+
+def planned(condition_id: str, **overrides) -> PlannedRun:
+    args = dataclasses.replace(TrainingArgs(), backend="plain_loop", max_steps=2, **overrides)
+    return PlannedRun(condition_id=condition_id, run_number=0, training_args=args, swept_axes=[])
+
+
+@pytest.fixture
+def fresh_servers():
+    forkserver.close_servers()
+    yield forkserver._SERVERS
+    forkserver.close_servers()
+
+
+def test_a_liger_patch_never_reaches_the_next_run_forked_from_the_same_server(
+    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
+):
+    # Triton's interpreter in the launcher's environment too, so the baseline's child has the liger run's server
+    monkeypatch.setenv(*next(iter(INTERPRETER_ENV.items())))
+    liger = run_in_child(planned("liger", arm="liger"), tiny_dataset_dir, tiny_model_dir, tmp_path / "l", 300)
+    baseline = run_in_child(planned("baseline"), tiny_dataset_dir, tiny_model_dir, tmp_path / "b", 300)
+    assert liger.status == baseline.status == "ok", (liger.error_tail, baseline.error_tail)
+    assert liger.details["child_started"] == baseline.details["child_started"] == FORKED
+    assert len(fresh_servers) == 1  # both from one server
+    assert "LigerRMSNorm" in liger.liger_patches and liger.loss_path == "liger_fused_linear_cross_entropy"
+    # the baseline's model is transformers' own: no kernel of the liger run's, no fused loss
+    assert not baseline.liger_patches and baseline.loss_path == "hf_cross_entropy"
+
+
+def test_a_forked_run_measures_what_a_fresh_interpreter_measures(
+    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
+):
+    forked = run_in_child(planned("forked"), tiny_dataset_dir, tiny_model_dir, tmp_path / "f", 300)
+    monkeypatch.setenv(forkserver.ENABLED_ENV, "0")
+    fresh = run_in_child(planned("fresh"), tiny_dataset_dir, tiny_model_dir, tmp_path / "s", 300)
+    assert forked.status == fresh.status == "ok", (forked.error_tail, fresh.error_tail)
+    assert (forked.details["child_started"], fresh.details["child_started"]) == (FORKED, "fresh interpreter")
+    for name in ("final_loss", "model_flops_per_token", "measured_tokens"):
+        assert forked.metrics[name] == pytest.approx(fresh.metrics[name], rel=1e-6), name
+    # a forked child found the heavy modules imported: its imports are a small part of a fresh one's
+    assert forked.metrics["imports_s"] < fresh.metrics["imports_s"]
+
+
+def test_endings_of_a_forked_child_are_classified_as_a_fresh_ones(fresh_servers, tmp_path, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "segfault@0")
+    result = run_in_child(planned("crash"), tmp_path, tmp_path, tmp_path / "run", timeout_s=120)
+    assert result.details["child_started"] == FORKED
+    assert result.status == "error" and "killed by SIGSEGV" in result.reason
+    monkeypatch.setenv(FAULT_ENV, "hang@0")
+    result = run_in_child(planned("hang"), tmp_path, tmp_path, tmp_path / "hang", timeout_s=3)
+    assert result.details["child_started"] == FORKED
+    assert result.status == "timeout"
+
+
+def test_an_environment_the_imports_read_gets_a_server_of_its_own():
+    base = {"PATH": "/usr/bin", RUN_ENV: "a#0", FAULT_ENV: ""}
+    assert forkserver.server_key(base) == forkserver.server_key({**base, RUN_ENV: "b#1", FAULT_ENV: "hang@0"})
+    assert forkserver.server_key(base) != forkserver.server_key({**base, **INTERPRETER_ENV})
+    assert forkserver.server_key(base) != forkserver.server_key({**base, "PYTORCH_CUDA_ALLOC_CONF": "x"})
+
+
+def test_a_python_thread_makes_forking_unsafe():
+    assert "sampler" not in forkserver.fork_hazards()  # (this test process may run others: tqdm's monitor)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="sampler")
+    thread.start()
+    try:
+        assert re.search(r"the imports left Python threads running \(.*sampler", forkserver.fork_hazards())
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_server_that_cannot_serve_leaves_each_run_a_fresh_interpreter(
+    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch, caplog
+):
+    def refuse(env):
+        raise forkserver.ForkServerError("the fork server cannot fork safely: CUDA was initialized by the imports")
+
+    monkeypatch.setattr(forkserver, "_start_server", refuse)
+    result = run_in_child(planned("fresh"), tiny_dataset_dir, tiny_model_dir, tmp_path / "r", 300)
+    assert result.status == "ok", result.error_tail
+    assert result.details["child_started"] == "fresh interpreter"
+    assert "CUDA was initialized by the imports; each run starts a fresh interpreter instead" in caplog.text
