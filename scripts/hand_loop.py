@@ -43,12 +43,16 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="fused AdamW (the inputs' optim adamw_torch_fused)")
     parser.add_argument("--num-hidden-layers", type=int, default=0, help="the architecture with this many layers")
     parser.add_argument(
-        "--profile-dir", default="", help="after the timed steps, profile --profile-steps more steps into this folder "
-        "(the benchmark's own profiler: kernel table, trace, memory snapshot), to compare with a profiled run's"
+        "--profile-dir",
+        default="",
+        help="after the timed steps, profile --profile-steps more steps into this folder "
+        "(the benchmark's own profiler: kernel table, trace, memory snapshot), to compare with a profiled run's",
     )
     parser.add_argument("--profile-steps", type=int, default=3)
     parser.add_argument(
-        "--masked-prompt-tokens", type=int, default=0,
+        "--masked-prompt-tokens",
+        type=int,
+        default=0,
         help="pass an attention mask (all ones) and leave the loss off the first N tokens of every row (-100 labels), "
         "as the benchmark's plain loop does with prompt/completion examples",
     )

@@ -30,9 +30,9 @@ from finetune_bench.results.store import (
     identity_key,
     run_identity,
 )
+from finetune_bench.running import forkserver
 from finetune_bench.running.allocator import set_allocator
 from finetune_bench.running.device_lock import device_lock
-from finetune_bench.running import forkserver
 from finetune_bench.running.faults import LAUNCHER_PID_ENV, RUN_ENV
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 from finetune_bench.running.worker import (
