@@ -363,9 +363,16 @@ def _keep(connection: socket.socket, listener: socket.socket, server_pid: int, f
         reader = connection.makefile("rb")
         request = json.loads(reader.readline())
         reader.close()
+        session_r, session_w = os.pipe()
         child = os.fork()
         if child == 0:
-            _run_child(request, connection, fresh_rng)  # never returns
+            os.close(session_r)
+            _run_child(request, connection, fresh_rng, session_w)  # never returns
+        os.close(session_w)
+        # The pid goes out once the child leads its own process group: a launcher that kills the group at once (a
+        # timeout that ran out while the server started) then reaches it.
+        os.read(session_r, 1)
+        os.close(session_r)
         connection.sendall(f"pid {child}\n".encode())
         _, status = os.waitpid(child, 0)
         connection.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
@@ -376,13 +383,16 @@ def _keep(connection: socket.socket, listener: socket.socket, server_pid: int, f
         os._exit(code)
 
 
-def _run_child(request: dict, connection: socket.socket, fresh_rng: object) -> None:
-    """The run's child: its own session, output, directory and environment, then the worker's main."""
+def _run_child(request: dict, connection: socket.socket, fresh_rng: object, session_ready: int) -> None:
+    """The run's child: its own session (said on `session_ready`), output, directory and environment, then the
+    worker's main."""
     code = 1
     try:
         keeper = os.getppid()
         connection.close()
         os.setsid()
+        os.write(session_ready, b"1")
+        os.close(session_ready)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)

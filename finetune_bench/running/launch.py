@@ -252,7 +252,9 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def _kill_group(child: "subprocess.Popen | forkserver.ForkedChild") -> int:
-    """SIGTERM to the child's process group, SIGKILL after a grace period; the child's exit status."""
+    """SIGTERM to the child's process group, SIGKILL after a grace period; the child's exit status. The child leads
+    its group before its pid is known here (`start_new_session`; the fork server reports the pid after the child's
+    `setsid`), so a group that is gone is a child that has ended."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(child.pid, sig)

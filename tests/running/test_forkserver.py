@@ -100,3 +100,12 @@ def test_a_server_that_cannot_serve_leaves_each_run_a_fresh_interpreter(
     assert result.status == "ok", result.error_tail
     assert result.details["child_started"] == "fresh interpreter"
     assert "CUDA was initialized by the imports; each run starts a fresh interpreter instead" in caplog.text
+
+
+def test_a_timeout_that_runs_out_while_the_server_starts_still_ends_the_child(fresh_servers, tmp_path, monkeypatch):
+    """The server's imports count in the first run's time: a timeout shorter than them kills the child as soon as it
+    is forked, which it reaches (the pid comes back once the child leads its own process group)."""
+    monkeypatch.setenv(FAULT_ENV, "hang@0")
+    result = run_in_child(planned("hang"), tmp_path, tmp_path, tmp_path / "run", timeout_s=0.01)
+    assert result.details["child_started"] == FORKED
+    assert result.status == "timeout"
