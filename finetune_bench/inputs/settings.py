@@ -294,8 +294,10 @@ class TrainingArgs(StrictFromJson):
     # condition train on the same batches and differ only by the machine's run-to-run noise.
     seed: int = setting(42, _seed_range)
     # `auto`: bfloat16 on a GPU, float32 on a CPU (Liger's kernels give NaN in bf16 under the Triton
-    # CPU interpreter). `float16` for forward passes only (`forward_only`): training float16 weights needs float32
-    # master weights and loss scaling, which the training backends do not do.
+    # CPU interpreter). `float16` trains in mixed precision, as transformers' Trainer does with `fp16`: float32 master
+    # weights (LoRA: a float16 frozen base, float32 adapters), forward and backward passes under float16 autocast, the
+    # loss scaled by a dynamic GradScaler (a step with inf or NaN gradients skipped, recorded in the run's
+    # `loss_scale_skipped_steps`); not with parallelism `fsdp`. `forward_only` runs float16 weights.
     dtype: str = choice("auto", DTYPES)
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).

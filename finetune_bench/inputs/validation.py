@@ -115,14 +115,19 @@ def _check_padding(training_args: TrainingArgs, where: str) -> None:
 
 
 def _check_float16_training(training_args: TrainingArgs, where: str) -> None:
-    """float16 weights trained as they are: no float32 master weights and no loss scaling in any backend (the
-    Trainers' fp16 GradScaler refuses float16 gradients: "Attempting to unscale FP16 gradients"; the plain loop's
-    optimizer step turns small updates into inf and NaN). Forward passes alone run in float16."""
-    if training_args.dtype == "float16" and BACKENDS[training_args.backend].trains:
+    """float16 trains in mixed precision (float32 master weights, autocast, a dynamic loss scale:
+    `running.backends.common.trains_mixed_float16`) on one GPU, a CPU, or several GPUs with DDP; not sharded with
+    FSDP, which nothing here has run: under the plain loop's FSDP2 each layer's float16 weights, which autocast
+    casts from the gathered float32 ones and saves for the backward pass, would stay whole on every GPU outside
+    FSDP's resharding, and accelerate's FSDP2 is set up without `fp16` (`trainer_common.distributed_arguments`).
+    Forward passes alone (`forward_only`) run float16 weights."""
+    t = training_args
+    if t.dtype == "float16" and BACKENDS[t.backend].trains and t.world_size > 1 and t.parallelism == "fsdp":
         raise SpecError(
-            f"dtype 'float16' with backend {training_args.backend!r}{where}: training float16 weights needs float32 "
-            "master weights and loss scaling (mixed precision), which the training backends do not do; use dtype "
-            "'bfloat16' (backend 'forward_only' runs float16)"
+            f"training_args.dtype 'float16' with parallelism 'fsdp'{where}: float16 trains in mixed precision "
+            "(float32 master weights, autocast, loss scaling), which is not run sharded here: FSDP2 would keep "
+            "autocast's float16 copy of every layer's weights whole on every GPU until the backward pass, and the "
+            "Trainers' FSDP is set up without fp16; use parallelism 'ddp', or dtype 'bfloat16' with 'fsdp'"
         )
 
 

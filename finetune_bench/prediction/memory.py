@@ -42,6 +42,18 @@ a float32 log-sum-exp per token and, for its gradient filtering, a float32 mean 
 backward pass allocates the hidden states' gradient (a·h per token) and the LM head's weight gradient (in the
 activation dtype) at once, with an int32 vocabulary ordering.
 
+float16 is trained in mixed precision (`running.backends.common.trains_mixed_float16`). With LoRA the model is the
+16-bit one counted above: the frozen base float16, the adapters float32, under the Trainer's float16 autocast (as
+bfloat16 LoRA is under its bfloat16 autocast), the loss scaler's state a few scalars. A full fine-tune is not
+predicted (NoPrediction): its weights, gradients and AdamW states are float32 (16 bytes a parameter before the
+activations), autograd keeps for the backward pass the float16 copy autocast casts of every linear layer's weight (2
+bytes a parameter more, until that layer's backward), and the activations are no longer one dtype: the embeddings,
+the residual stream and the norms on it stay float32 (the norms' weights are float32, so are their outputs), each
+matmul saves the float16 copy autocast makes of its input, and transients such as RoPE's q and k come out float32
+(its tables are the residual stream's dtype). tests/prediction/test_memory_float16.py shows what autograd keeps on a
+CPU. Counting that tensor by tensor, and checking it against a GPU's peaks, is still to do; a prediction that
+counted the run as a 16-bit model would be wrong by gigabytes.
+
 The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
 `ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
 set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-mini (docs/prediction.md)
@@ -101,6 +113,14 @@ ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
+# Why a float16 full fine-tune is not predicted (see the module's docstring).
+FLOAT16_FULL_FINE_TUNE = (
+    "float16 mixed precision (a full fine-tune) is not modelled: float32 master weights, gradients and optimizer "
+    "states, the float16 weight copies autocast casts and autograd keeps for the backward pass, and a float32 "
+    "residual stream beside float16 matmul inputs and outputs; what each operation keeps in which dtype has not "
+    "been counted or measured"
+)
+
 
 @dataclass
 class MemoryPrediction:
@@ -157,6 +177,8 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         raise NoPrediction(
             f"attention {args.attention!r} keeps each layer's sequence × sequence attention scores: not modelled"
         )
+    if args.dtype == "float16" and BACKENDS[args.backend].trains and args.lora_rank == 0:
+        raise NoPrediction(FLOAT16_FULL_FINE_TUNE)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     kernels = active_kernels(args, shape.model_type)
     lora = args.lora_rank > 0

@@ -101,8 +101,18 @@ def test_the_memory_model_says_why_it_does_not_predict_float8():
 
 
 @pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer", "trl_sft"])
-def test_float16_training_is_refused_and_float16_forward_passes_plan(backend):
-    assert "training float16 weights needs float32 master weights and loss scaling" in refusal(
-        backend=backend, dtype="float16", device="cuda"
-    )
+def test_float16_trains_in_mixed_precision_except_sharded_with_fsdp(backend):
+    for device in ("cuda", "cpu"):
+        validate_condition(condition(backend=backend, dtype="float16", device=device), {})
+    validate_condition(condition(backend=backend, dtype="float16", device="cuda", num_gpus=2, parallelism="ddp"), {})
+    message = refusal(backend=backend, dtype="float16", device="cuda", num_gpus=2, parallelism="fsdp")
+    assert message.startswith("training_args.dtype 'float16' with parallelism 'fsdp'")
+    assert "use parallelism 'ddp', or dtype 'bfloat16' with 'fsdp'" in message
+    # the one-GPU point of a GPU-count sweep trains without a process group: nothing is sharded
+    validate_condition(condition(backend=backend, dtype="float16", device="cuda", parallelism="fsdp"), {"num_gpus": 1})
+    validate_condition(condition(backend=backend, dtype="bfloat16", device="cuda", num_gpus=2, parallelism="fsdp"), {})
+
+
+def test_float16_lora_and_forward_passes_plan():
+    validate_condition(condition(backend="hf_trainer", dtype="float16", device="cuda", lora_rank=8), {})
     validate_condition(condition(backend="forward_only", dtype="float16", device="cuda"), {})

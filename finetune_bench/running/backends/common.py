@@ -31,9 +31,32 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """The dtype a run computes in (what it records as its `dtype`); `weight_dtype` says what its weights are."""
     if requested == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return DTYPES[requested]
+
+
+def trains_mixed_float16(args: TrainingArgs, dtype: torch.dtype) -> bool:
+    """Whether the run trains in float16 mixed precision: `dtype: float16` with a backend that trains. Its forward
+    and backward passes run under `torch.autocast(dtype=torch.float16)`, its trainable weights are float32 (the
+    master weights the optimizer updates: a float16 weight cannot take updates smaller than its rounding step, and
+    AdamW's states overflow float16), and its loss is scaled by a dynamic `torch.amp.GradScaler` (unscaled before
+    gradient clipping; a step whose gradients hold an inf or NaN is skipped and the scale shrinks). The plain loop does
+    this itself (`plain_loop.LossScaling`), the Trainers through accelerate (`fp16=True`). bfloat16 needs none of it:
+    its range is float32's, and the model is trained in it as it is."""
+    return dtype == torch.float16 and BACKENDS[args.backend].trains
+
+
+def weight_dtype(args: TrainingArgs, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the model is loaded in, for a run computing in `dtype`: float32 for a full fine-tune in float16
+    mixed precision (`trains_mixed_float16`: the float32 master weights, cast to float16 by autocast per forward).
+    With LoRA the frozen base stays float16, as peft and the Trainer's fp16 expect: it is never updated, so it needs no
+    master copy, and peft keeps the adapters (what trains) in float32. Otherwise `dtype` itself (`forward_only`
+    runs float16 weights: nothing is updated)."""
+    if trains_mixed_float16(args, dtype) and args.lora_rank == 0:
+        return torch.float32
+    return dtype
 
 
 class AttentionNotRunnable(RuntimeError):
@@ -130,7 +153,9 @@ def check_optimizer_device(args: TrainingArgs, device: torch.device) -> None:
 def load_model(
     args: TrainingArgs, model_dir: Path, device: torch.device, dtype: torch.dtype, **liger_flags: bool
 ) -> LoadedModel:
-    """Load (or randomly initialise, seeded) the model on `device`, and apply Liger if the arm asks."""
+    """Load (or randomly initialise, seeded) the model on `device`, and apply Liger if the arm asks. `dtype` is the
+    dtype the run computes in; the weights are loaded in `weight_dtype` (float32 master weights for float16 mixed
+    precision)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_optimizer_device(args, device)  # every backend loads through here: fail before the load
@@ -144,6 +169,7 @@ def load_model(
     torch.manual_seed(args.seed)
     attn_implementation = ATTENTIONS[args.attention].attn_implementation
     config = load_model_config(model_dir, args.model_config_overrides)  # the run's model_config_overrides applied
+    dtype = weight_dtype(args, dtype)
     if random_init:
         # Built directly on the device: initialising billions of parameters on a CPU takes minutes.
         with device:

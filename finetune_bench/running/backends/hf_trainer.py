@@ -9,6 +9,9 @@ patched it, and the Trainer trains the adapters only.
 
 With the arm's `cce` component the Trainer computes the loss with Cut Cross-Entropy from the last hidden states
 (`trainer_common.cut_cross_entropy_trainer`), Liger's loss kernels off.
+
+`dtype: float16` trains in mixed precision through the Trainer's `fp16` (`trainer_common`): float32 weights, or with
+LoRA a float16 base and float32 adapters.
 """
 
 from functools import partial
@@ -28,7 +31,9 @@ from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
 from finetune_bench.running.backends.plain_loop import loss_details
 from finetune_bench.running.backends.trainer_common import (
+    check_loss_scaling,
     cut_cross_entropy_trainer,
+    mixed_precision_details,
     recording_callback,
     recording_trainer,
     trainer_step_function,
@@ -68,6 +73,7 @@ def train(
         data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
         require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
         trainer_class = cut_cross_entropy_trainer(Trainer) if arm.cce else Trainer
+        callback = recording_callback(recorder, evaluator)
         trainer = recording_trainer(trainer_class, recorder)(
             model=loaded.model,
             args=TrainingArguments(**training_arguments(args, device, dtype, work_dir)),
@@ -75,13 +81,15 @@ def train(
             data_collator=partial(
                 collate, pad_token_id=loaded.tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
             ),
-            callbacks=[recording_callback(recorder, evaluator)],
+            callbacks=[callback],
         )
+        check_loss_scaling(trainer)
     trainer.train()
+    scaled = mixed_precision_details(trainer, callback)  # of the training steps, before any profiled one
     profiled = profile_after_timed_steps(
         args, recorder, trainer_step_function(trainer), device, work_dir
     )  # a failure: a detail
-    details = {**run_details(loaded, path), **loss_details(path, device), **profiled}
+    details = {**run_details(loaded, path), **loss_details(path, device), **scaled, **profiled}
     if args.lora_rank > 0:
         details["lora_adapters_trained"] = adapters_trained(loaded.model)
     return details

@@ -5,6 +5,11 @@ wrapped model (its patched forward and its Liger modules) and only replaces the 
 LoRA layers that hold the original Linear. Liger's SwiGLU MLP calls its `gate_proj` / `up_proj` /
 `down_proj` submodules, so adapters on them run; Liger's fused linear cross entropy reads the LM head's
 weight directly, so an adapter on the LM head would be skipped (refused below).
+
+With `dtype: float16` the frozen base stays float16 (`common.weight_dtype`: nothing updates it, so it needs no
+float32 master copy) and peft keeps the adapters in float32, what the Trainer's fp16 mixed precision expects: its
+autocast runs the base's matmuls in float16 and its loss scaler unscales the adapters' float32 gradients (a float16
+gradient it would refuse: "Attempting to unscale FP16 gradients").
 """
 
 import torch

@@ -16,8 +16,24 @@ Data are the same prompt/completion examples as the Trainer backends, tokenized 
 (prompt + completion + EOS, truncated to max_seq_length, loss on completion tokens only), padded
 per batch to the longest example; with `packing`, concatenated into rows of exactly max_seq_length
 tokens whose position_ids restart at every example (`backends.data.pack`).
+
+`dtype: float16` trains in mixed precision (`LossScaling`; `common.trains_mixed_float16`): float32 master weights,
+the forward pass and the loss under `torch.autocast(float16)` (the held-out evaluations too), the loss scaled by a
+dynamic `torch.amp.GradScaler`, the gradients unscaled before they are clipped, a step whose gradients hold an inf or
+NaN skipped (its learning-rate step too, as the Trainer skips it). Two losses change form under it, to the same value:
+- Liger's fused linear cross entropy (`criterion: liger_fused_linear_cross_entropy`, or the model's own loss in a liger
+  arm) computes its gradients in the forward pass, before the loss is scaled. As a mean it divides them by the
+  batch's labelled tokens there, in float16, where most of them (a probability below about 6e-8 times the token
+  count) round to zero; so it is computed as a sum divided by the token count afterwards, as transformers' Trainer
+  computes it (`num_items_in_batch`), and its float16 gradients are the unscaled (p - y).
+- Liger's cross entropy on the logits (`criterion: liger_cross_entropy`) takes them in float32, as transformers' loss
+  hands them to it: it writes its gradient into its input, in float16 it would lose the small ones the same way,
+  and its loss would be float16 (which a loss scale of 65,536 overflows).
+Cut Cross-Entropy takes the hidden states and the LM head's weight cast to float16, as autocast casts a matmul's
+operands (its kernels take 16-bit inputs).
 """
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -36,7 +52,13 @@ from finetune_bench.inputs.loss_paths import CCE_CRITERION, CUT_CROSS_ENTROPY, L
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
-from finetune_bench.running.backends.common import LoadedModel, load_model, profile_after_timed_steps, run_details
+from finetune_bench.running.backends.common import (
+    LoadedModel,
+    load_model,
+    profile_after_timed_steps,
+    run_details,
+    trains_mixed_float16,
+)
 from finetune_bench.running.backends.data import (
     IGNORE_INDEX,
     check_packing_isolates_examples,
@@ -148,12 +170,24 @@ def cce_implementation(device: torch.device) -> str:
     return "cce" if device.type == "cuda" else "torch_compile"
 
 
+def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`tensors` cast to autocast's dtype where autocast is on for their device, as it casts a matmul's operands (a
+    differentiable cast: the gradient reaches a float32 master weight through it); as they are elsewhere. For the
+    losses whose kernels autocast does not see (Cut Cross-Entropy's Triton kernels)."""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) for t in tensors)
+
+
 def cut_cross_entropy_loss(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], reduction: str = "mean"
 ) -> torch.Tensor:
     """Cut Cross-Entropy's loss of the batch from the decoder's last hidden states and the LM head's weight (the
     logits never whole in memory): the mean over the labelled tokens, or with `reduction: sum` their sum. A LoRA
-    model (peft's wrapper) is called inside the wrapper, its adapters in place."""
+    model (peft's wrapper) is called inside the wrapper, its adapters in place. Under autocast (float16 mixed
+    precision: float32 hidden states and weight) both are cast to autocast's dtype first."""
     from cut_cross_entropy import linear_cross_entropy
 
     model = unwrap_peft(model)
@@ -166,9 +200,10 @@ def cut_cross_entropy_loss(
         )
     # shift=True: position i predicts the label at i + 1, as transformers (and `next_token_labels`) shift;
     # IGNORE_INDEX skipped.
+    hidden, weight = autocast_operands(hidden, lm_head.weight)
     return linear_cross_entropy(
         hidden,
-        lm_head.weight,
+        weight,
         batch["labels"],
         ignore_index=IGNORE_INDEX,
         softcap=getattr(model.config, "final_logit_softcapping", None),
@@ -178,19 +213,34 @@ def cut_cross_entropy_loss(
     )
 
 
-def loss_function(criterion: str) -> LossFunction:
-    """The mean loss over the batch's labelled tokens, computed as `criterion` says."""
+def labelled_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """How many positions of the batch have a label to predict (the tokens a mean loss averages over)."""
+    return (next_token_labels(batch["labels"]) != IGNORE_INDEX).sum()
+
+
+def loss_function(criterion: str, mixed_float16: bool = False) -> LossFunction:
+    """The mean loss over the batch's labelled tokens, computed as `criterion` says. `mixed_float16`: the run trains
+    in float16 mixed precision, and Liger's losses take the form that keeps their gradients in float16's range (the
+    module's docstring says why): the same loss."""
     if criterion == "model":
+        if mixed_float16:  # the model's loss a sum over the tokens, divided by their count, as the Trainer asks
+            return lambda model, batch: model(**batch, num_items_in_batch=labelled_tokens(batch)).loss
         return lambda model, batch: model(**batch).loss
     if criterion == "liger_fused_linear_cross_entropy":
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        softcap_of = lambda model: getattr(model.config, "final_logit_softcapping", None)  # noqa: E731
 
         def fused(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
             hidden = last_hidden_states(model, batch)
             hidden = hidden.reshape(-1, hidden.shape[-1])
             lm_head = model.get_output_embeddings()
-            loss = LigerFusedLinearCrossEntropyLoss(softcap=getattr(model.config, "final_logit_softcapping", None))
-            return loss(lm_head.weight, hidden, next_token_labels(batch["labels"]), lm_head.bias)
+            labels = next_token_labels(batch["labels"])
+            if mixed_float16:
+                loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model), reduction="sum")
+                return loss(lm_head.weight, hidden, labels, lm_head.bias) / (labels != IGNORE_INDEX).sum()
+            loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model))
+            return loss(lm_head.weight, hidden, labels, lm_head.bias)
 
         return fused
     if criterion == CCE_CRITERION:
@@ -198,7 +248,12 @@ def loss_function(criterion: str) -> LossFunction:
     if criterion == "liger_cross_entropy":
         from liger_kernel.transformers import LigerCrossEntropyLoss
 
-        on_logits = LigerCrossEntropyLoss()
+        liger_cross_entropy = LigerCrossEntropyLoss()
+
+        def on_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            # in float32 under float16 mixed precision, as transformers' loss hands the logits to it
+            return liger_cross_entropy(logits.float() if mixed_float16 else logits, labels)
+
     elif criterion == "torch_cross_entropy":
 
         def on_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -234,6 +289,82 @@ def load_for_criterion(
     return loaded, path
 
 
+class LossScaling:
+    """float16 mixed precision in the plain loop, or nothing (`enabled` False: any other run, every call a plain
+    one). On: `autocast()` runs the block under `torch.autocast(float16)` (float32 master weights cast per op),
+    `backward` scales the loss by a dynamic `torch.amp.GradScaler` before its backward pass, and `step` unscales the
+    gradients, clips them (`max_grad_norm`), and steps the optimizer unless a gradient holds an inf or NaN (the
+    scaler then skips the step and halves its scale, as transformers' Trainer does with `fp16=True`).
+
+    On several GPUs (DDP) each rank unscales gradients that the all-reduce already made the same on every rank, so
+    every rank skips the same steps. FSDP is refused for float16 at planning (`inputs.validation`)."""
+
+    def __init__(self, device: torch.device, enabled: bool, optimizer: torch.optim.Optimizer) -> None:
+        self.enabled = enabled
+        self.device_type = device.type
+        self.scaler = torch.amp.GradScaler(device.type, enabled=enabled)
+        self.steps_taken = 0  # optimizer steps that ran (a skipped one does not call the optimizer)
+        self.skipped_steps = 0
+        optimizer.register_step_post_hook(self._count_step)
+
+    def _count_step(self, *_: object) -> None:
+        self.steps_taken += 1
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if not self.enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=torch.float16)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # scaled in float32: a float16 loss times the initial scale (65,536) would overflow float16
+        self.scaler.scale(loss.float()).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, parameters: Iterator[torch.nn.Parameter], max_norm: float) -> bool:
+        """Unscale, clip and step; whether the optimizer stepped (False: a step skipped for inf/NaN gradients)."""
+        if max_norm > 0:
+            self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        taken = self.steps_taken
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        stepped = self.steps_taken > taken
+        self.skipped_steps += not stepped
+        return stepped
+
+    def details(self, model: torch.nn.Module) -> dict[str, object]:
+        """What the run records of its mixed precision (nothing when off): the scale after the last step, how many
+        steps the scaler skipped for inf/NaN gradients (their learning-rate steps skipped too), and the dtypes of
+        `model`'s weights."""
+        if not self.enabled:
+            return {}
+        return {
+            "loss_scale": self.scaler.get_scale(),
+            "loss_scale_skipped_steps": self.skipped_steps,
+            **weight_dtypes(model),
+        }
+
+
+def weight_dtypes(model: torch.nn.Module) -> dict[str, str]:
+    """The dtypes of `model`'s weights that train (float32 master weights in float16 mixed precision) and of its
+    frozen ones (LoRA's float16 base; "" when every weight trains), each a comma-separated list."""
+    parameters = list(model.parameters())
+
+    def dtypes(trains: bool) -> str:
+        return ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in parameters if p.requires_grad == trains}))
+
+    return {"trainable_dtype": dtypes(True), "frozen_dtype": dtypes(False)}
+
+
+def check_float16_parallelism(args: TrainingArgs, mixed_float16: bool) -> None:
+    """float16 mixed precision is not sharded with FSDP (planning refuses it; `inputs.validation` says why): never
+    run it as something else."""
+    if mixed_float16 and args.world_size > 1 and args.parallelism == "fsdp":
+        raise ValueError(
+            "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
+            "finetune_bench.inputs.validation); use parallelism 'ddp' or dtype 'bfloat16'"
+        )
+
+
 def loss_details(path: LossPath, device: torch.device) -> dict[str, str]:
     """What a run records about its loss beyond the path's name: which implementation of Cut Cross-Entropy ran."""
     return {"cce_implementation": cce_implementation(device)} if path.kernel == CUT_CROSS_ENTROPY else {}
@@ -248,6 +379,8 @@ def train(
     recorder: StepRecorder,
     work_dir: Path,
 ) -> dict:
+    mixed_float16 = trains_mixed_float16(args, dtype)
+    check_float16_parallelism(args, mixed_float16)
     with recorder.phase("model_init_s"):
         loaded, path = load_for_criterion(args, model_dir, device, dtype)
         model, tokenizer = loaded.model, loaded.tokenizer
@@ -257,7 +390,7 @@ def train(
         model.config.use_cache = False
         model.train()
         # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
-        trained = TrainingModule(model, loss_function(path.criterion))
+        trained = TrainingModule(model, loss_function(path.criterion, mixed_float16))
         if args.world_size > 1:
             trained = share_model(trained, args, device)
 
@@ -282,6 +415,7 @@ def train(
         num_warmup_steps=int(args.warmup_ratio * args.max_steps),
         num_training_steps=args.max_steps,
     )
+    scaling = LossScaling(device, mixed_float16, optimizer)
 
     def optimizer_step(record: bool) -> torch.Tensor:
         """One optimizer step over `gradient_accumulation_steps` micro-batches; its loss. `record`: the
@@ -292,28 +426,32 @@ def train(
             if record:
                 recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
             with gradient_sync(trained, sync=micro_batch == args.gradient_accumulation_steps - 1):
-                loss = trained(batch) / args.gradient_accumulation_steps
-                loss.backward()
+                with scaling.autocast():
+                    loss = trained(batch) / args.gradient_accumulation_steps
+                scaling.backward(loss)
             step_loss += loss.detach()
-        if args.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
+        if scaling.step(optimizer, model.parameters(), args.max_grad_norm):
+            scheduler.step()  # a step the scaler skipped leaves the learning rate where it was, as the Trainer does
         optimizer.zero_grad(set_to_none=True)
         return step_loss
 
+    def evaluate(step: int) -> None:
+        with scaling.autocast():  # in the precision it trains in
+            evaluator.maybe_evaluate(evaluated, step)
+
     # on several GPUs every rank evaluates, through the shared module (an FSDP forward needs every rank)
     evaluated = unshared(trained) if args.world_size > 1 else model
-    evaluator.maybe_evaluate(evaluated, 0)
+    evaluate(0)
     recorder.begin_training()
     for step in range(1, args.max_steps + 1):
         step_loss = optimizer_step(record=True)
         recorder.end_step()
         recorder.record_loss(step, float(step_loss))  # after end_step's sync: costs no extra wait
         faults.maybe_inject(step, model)
-        evaluator.maybe_evaluate(evaluated, step)
+        evaluate(step)
+    scaled = scaling.details(model)  # of the training steps, before any profiled one
     profiled = profile_after_timed_steps(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir
     )  # a failure: a detail
 
-    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
+    return {**run_details(loaded, path), **loss_details(path, device), **scaled, **profiled}

@@ -1,6 +1,17 @@
 """What the Trainer-based backends share: the measuring callback and trainer mixin, and the
-TrainingArguments fields that come straight from `TrainingArgs`."""
+TrainingArguments fields that come straight from `TrainingArgs`.
 
+`dtype: float16` trains in mixed precision (`common.trains_mixed_float16`) through the Trainer's own `fp16=True`:
+the model's weights are float32 (LoRA: the frozen base float16, the adapters float32; `common.weight_dtype`), and
+accelerate runs the forward pass under `torch.autocast(float16)`, scales the loss with a dynamic GradScaler, unscales
+the gradients before clipping them, and skips a step whose gradients hold an inf or NaN (with its learning-rate
+step). On a CPU accelerate turns `fp16` off without a word (it keeps autocast and the scaler for GPUs), which would
+train float32 and record float16: `recording_trainer` turns them on there (CPU autocast takes float16, and
+`torch.amp.GradScaler("cpu")` scales). The run records the scale after its last step and the steps skipped
+(`mixed_precision_details`).
+"""
+
+import contextlib
 import itertools
 from collections.abc import Callable
 from pathlib import Path
@@ -54,20 +65,30 @@ def distributed_arguments(args: TrainingArgs) -> dict:
     accelerate's FSDP2 wrapping each decoder layer (transformers' `_no_split_modules`) with parameters kept in
     the model's dtype, as the plain loop's `fully_shard` does and as one GPU trains. (With bf16 or fp16 set,
     accelerate's FSDP2 would cast every trainable parameter to float32 and train under a mixed-precision policy:
-    twice the memory of the other layouts. The model is already in its dtype, so neither is set.)"""
+    twice the memory of the other layouts. The model is already in its dtype, so neither is set.) That leaves
+    float16 with FSDP without its autocast and loss scaling, so it is refused (at planning, `inputs.validation`, and
+    here); float16 with DDP keeps the Trainer's `fp16`."""
     if args.world_size == 1:
         return {}
     if args.parallelism == "ddp":
         return {"ddp_find_unused_parameters": False}
+    if args.dtype == "float16":
+        raise ValueError(
+            "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
+            "finetune_bench.inputs.validation); use parallelism 'ddp' or dtype 'bfloat16'"
+        )
     return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}, "bf16": False, "fp16": False}
 
 
 def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "transformers.TrainerCallback":
     """A TrainerCallback that times steps, injects test faults, records the logged loss and runs the held-out
-    evaluations (`evaluator`; before the first step and after the steps it is due)."""
+    evaluations (`evaluator`; before the first step and after the steps it is due). It counts the optimizer steps
+    the loss scaler skipped (`skipped_steps`: float16 mixed precision; always 0 otherwise)."""
     from transformers import TrainerCallback
 
     class RecordingCallback(TrainerCallback):
+        skipped_steps = 0
+
         def on_train_begin(self, *_, model: torch.nn.Module | None = None, **__) -> None:
             evaluator.maybe_evaluate(model, 0)
             recorder.begin_training()
@@ -78,9 +99,13 @@ def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "
             state: "transformers.TrainerState",
             _control: "transformers.TrainerControl",
             model: torch.nn.Module | None = None,
+            optimizer: torch.optim.Optimizer | None = None,
             **__,
         ) -> None:
             recorder.end_step()
+            # accelerate's optimizer knows whether its scaler skipped the step (read without a sync: the scaler's step
+            # already waited for its inf check)
+            self.skipped_steps += bool(getattr(optimizer, "step_was_skipped", False))
             faults.maybe_inject(state.global_step, model)
             evaluator.maybe_evaluate(model, state.global_step)
 
@@ -99,9 +124,21 @@ def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "
 
 
 def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
-    """`trainer_class` with every micro-batch's tokens counted before it is trained on."""
+    """`trainer_class` with every micro-batch's tokens counted before it is trained on, and with `fp16` run as on a
+    GPU where the device is a CPU (autocast and the loss scaler accelerate leaves off there: the module's
+    docstring)."""
 
     class RecordingTrainer(trainer_class):
+        def create_accelerator_and_postprocess(self) -> None:
+            super().create_accelerator_and_postprocess()
+            accelerator = self.accelerator
+            if self.args.fp16 and accelerator.device.type == "cpu" and accelerator.scaler is None:
+                # accelerate's own fp16 path, with the CPU's autocast and scaler: its `prepare` wraps the model's
+                # forward in autocast, `backward` scales the loss, `clip_grad_norm_` unscales, its optimizer's step
+                # skips on inf/NaN
+                accelerator.native_amp = True
+                accelerator.scaler = torch.amp.GradScaler("cpu")
+
         def training_step(
             self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], *rest, **kwargs
         ) -> torch.Tensor:
@@ -129,14 +166,45 @@ def cut_cross_entropy_trainer(trainer_class: type) -> type:
         ) -> torch.Tensor:
             if return_outputs:  # the Trainer's own evaluation, which no backend runs (HeldOutEvaluator does)
                 raise NotImplementedError("Cut Cross-Entropy computes a loss and no model outputs")
-            if num_items_in_batch is None:
-                return cut_cross_entropy_loss(model, inputs)
-            loss = cut_cross_entropy_loss(model, inputs, reduction="sum") / num_items_in_batch
+            # The decoder is called directly, not through the model's forward that accelerate wrapped in autocast:
+            # float16 mixed precision (float32 weights) needs the autocast here. (bfloat16 runs are left as they
+            # were: a bfloat16 model computes in bfloat16 without it.)
+            with self.accelerator.autocast() if self.args.fp16 else contextlib.nullcontext():
+                if num_items_in_batch is None:
+                    return cut_cross_entropy_loss(model, inputs)
+                loss = cut_cross_entropy_loss(model, inputs, reduction="sum") / num_items_in_batch
             if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs:
                 loss = loss * self.accelerator.num_processes
             return loss
 
     return CutCrossEntropyTrainer
+
+
+def mixed_precision_details(trainer: "transformers.Trainer", callback: "transformers.TrainerCallback") -> dict:
+    """What a float16 mixed-precision run records (nothing for another run), as the plain loop records it
+    (`plain_loop.LossScaling.details`): the scale after the last training step, how many training steps the scaler
+    skipped for inf/NaN gradients (`callback`: the run's `recording_callback`, which counted them), and the dtypes of
+    the weights that trained and of the frozen ones."""
+    from finetune_bench.running.backends.plain_loop import weight_dtypes
+
+    if not trainer.args.fp16:
+        return {}
+    return {
+        "loss_scale": trainer.accelerator.scaler.get_scale(),
+        "loss_scale_skipped_steps": callback.skipped_steps,
+        **weight_dtypes(trainer.model),
+    }
+
+
+def check_loss_scaling(trainer: "transformers.Trainer") -> None:
+    """Before training: a Trainer asked for `fp16` has accelerate's autocast and loss scaler (without them it would
+    train float32 weights in float32 and the run record float16)."""
+    accelerator = trainer.accelerator
+    if trainer.args.fp16 and (accelerator.scaler is None or not accelerator.native_amp):
+        raise RuntimeError(
+            f"dtype 'float16': accelerate set up no float16 autocast and loss scaler on {accelerator.device} "
+            f"(mixed_precision {accelerator.mixed_precision!r}, distributed type {accelerator.distributed_type})"
+        )
 
 
 def trainer_step_function(trainer: "transformers.Trainer") -> Callable[[], None]:

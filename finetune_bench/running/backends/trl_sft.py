@@ -7,10 +7,12 @@ full logits and the liger arm Liger's fused linear cross entropy, as in the blog
 keeps TRL's loss for both arms; its liger arm then replaces the layer kernels (RoPE, RMSNorm,
 SwiGLU/GeGLU) only. The arm's `cce` component computes the loss with Cut Cross-Entropy from the last hidden
 states instead (`trainer_common.cut_cross_entropy_trainer`), Liger's loss kernels off.
+
+`dtype: float16` trains in mixed precision through the Trainer's `fp16` (`trainer_common`): float32 weights.
 """
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,7 +28,9 @@ from finetune_bench.running.backends.data import check_packing_isolates_examples
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.plain_loop import loss_details
 from finetune_bench.running.backends.trainer_common import (
+    check_loss_scaling,
     cut_cross_entropy_trainer,
+    mixed_precision_details,
     recording_callback,
     recording_trainer,
     trainer_step_function,
@@ -34,6 +38,9 @@ from finetune_bench.running.backends.trainer_common import (
 )
 from finetune_bench.running.liger_patching import loss_path
 from finetune_bench.sources.datasets import load_training_and_held_out
+
+if TYPE_CHECKING:
+    import transformers
 
 
 def train(
@@ -54,12 +61,14 @@ def train(
         path = loss_path(loaded.model, criterion)
         recorder.attach_model(loaded.model)
     with recorder.phase("data_s"):  # SFTTrainer tokenizes (and packs) the dataset as it is built
-        trainer = _trainer(args, dataset_dir, device, dtype, recorder, work_dir, loaded, trainer_class)
+        trainer, callback = _trainer(args, dataset_dir, device, dtype, recorder, work_dir, loaded, trainer_class)
+        check_loss_scaling(trainer)
     trainer.train()
+    scaled = mixed_precision_details(trainer, callback)  # of the training steps, before any profiled one
     profiled = profile_after_timed_steps(
         args, recorder, trainer_step_function(trainer), device, work_dir
     )  # a failure: a detail
-    return {**run_details(loaded, path), **loss_details(path, device), **profiled}
+    return {**run_details(loaded, path), **loss_details(path, device), **scaled, **profiled}
 
 
 def _load(
@@ -101,8 +110,9 @@ def _trainer(
     work_dir: Path,
     loaded: LoadedModel,
     trainer_class: type,
-) -> SFTTrainer:
-    """The SFTTrainer of the run on its data, recording every step and running the held-out evaluations."""
+) -> tuple[SFTTrainer, "transformers.TrainerCallback"]:
+    """The SFTTrainer of the run on its data, recording every step and running the held-out evaluations, and its
+    recording callback."""
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     if not args.packing:  # packed, several examples share a row: TRL counts the rows
@@ -123,11 +133,12 @@ def _trainer(
         pad_to_multiple_of=args.pad_to_multiple_of or None,
         dataset_num_proc=None,
     )
+    callback = recording_callback(recorder, evaluator)
     trainer = recording_trainer(trainer_class, recorder)(
         model=loaded.model,
         args=config,
         train_dataset=dataset,
         processing_class=loaded.tokenizer,
-        callbacks=[recording_callback(recorder, evaluator)],
+        callbacks=[callback],
     )
-    return trainer
+    return trainer, callback
