@@ -1,5 +1,6 @@
 """SwitchBack on a CUDA GPU: bitsandbytes 0.49.2's kernels through `finetune_bench.running.switchback` against the
-published algorithm computed here in float64, and the switchback arm trained end to end.
+published algorithm computed here in float64 (16-bit layers, and float32 master weights under float16 autocast), and
+the switchback arm trained end to end (bfloat16, and float16 mixed precision).
 
 Needs a CUDA GPU and the `switchback` extra; `pytest -m gpu tests/running/test_switchback_gpu.py`.
 """
@@ -67,9 +68,48 @@ def test_switchback_layer_computes_the_published_algorithm(dtype, monkeypatch, t
     assert 1e-3 < relative(out, exact_out) < 5e-2
 
 
-def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(tmp_path, tiny_dataset_dir, tiny_model_dir):
-    """Through the child-process launcher. SwitchBack's first steps autotune its kernels for every new matrix
-    shape (seen taking minutes on an H100 with an empty Triton cache)."""
+def test_a_float32_master_weight_trains_through_switchback_under_float16_autocast(monkeypatch, tmp_path):
+    """float16 mixed precision: the layer's weights float32, its input float32 (the residual stream under autocast);
+    the kernels get float16 operands (cast as autocast casts an nn.Linear's), the output stays float16, and the
+    gradients reach the float32 weight and input through the casts."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    from finetune_bench.running.switchback import install_llrint, switchback_linear_class
+
+    install_llrint()
+    torch.manual_seed(0)
+    tokens, d_in, d_out = 256, 512, 384
+    layer = switchback_linear_class()(d_in, d_out, bias=True, device="cuda", dtype=torch.float32)
+    x = torch.randn(tokens, d_in, device="cuda", requires_grad=True)
+    g = torch.randn(tokens, d_out, device="cuda", dtype=torch.float16)
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = layer(x)
+    assert out.dtype == torch.float16
+    out.backward(g)
+    assert layer.weight.dtype == layer.weight.grad.dtype == torch.float32
+    assert x.grad.dtype == layer.bias.grad.dtype == torch.float32
+
+    # the published algorithm on the float16 operands the kernels saw
+    x16, w16 = x.detach().half(), layer.weight.detach().half()
+    ref_out, ref_grad_x, ref_grad_w = switchback_reference(x16, w16, g)
+    ref_out = ref_out + layer.bias.detach().half().double()
+
+    def relative(a, b):
+        return float((a.detach().double() - b).abs().max() / b.abs().max())
+
+    assert relative(out, ref_out) < 1e-2
+    assert relative(x.grad, ref_grad_x) < 1e-2
+    assert relative(layer.weight.grad, ref_grad_w) < 1e-2
+    assert relative(layer.bias.grad, g.double().sum(dim=0)) < 1e-2
+    assert 1e-3 < relative(out, x16.double() @ w16.double().T + layer.bias.detach().double()) < 5e-2  # int8
+
+
+@pytest.mark.parametrize(
+    ("dtype", "backend"), [("bfloat16", "plain_loop"), ("float16", "plain_loop"), ("float16", "hf_trainer")]
+)
+def test_the_switchback_arm_trains_as_the_baseline_does(dtype, backend, tmp_path, tiny_dataset_dir, tiny_model_dir):
+    """Through the child-process launcher, a bfloat16 model or float16 mixed precision (float32 master weights).
+    SwitchBack's first steps autotune its kernels for every new matrix shape (seen taking minutes on an H100 with an
+    empty Triton cache)."""
     from finetune_bench.running.launch import run_in_child
 
     results = {}
@@ -77,10 +117,10 @@ def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(tmp_pat
         args = dataclasses.replace(
             TrainingArgs(),
             arm=arm,
-            backend="plain_loop",
+            backend=backend,
             device="cuda",
-            dtype="bfloat16",
-            max_steps=6,
+            dtype=dtype,
+            max_steps=10,  # float16's loss scaler skips a few first steps while it finds its scale
             max_seq_length=64,
             per_device_train_batch_size=4,
             learning_rate=1e-3,
@@ -92,6 +132,10 @@ def test_the_switchback_arm_trains_a_bfloat16_model_as_the_baseline_does(tmp_pat
     switchback, baseline = (results[arm].metrics for arm in ("switchback", "baseline"))
     assert results["switchback"].details["switchback_layers"] == "14"  # 2 decoder layers × q, k, v, o, gate, up, down
     assert results["baseline"].details["switchback_layers"] == "0"
+    if dtype == "float16":
+        for result in results.values():
+            assert result.details["trainable_dtype"] == "float32"
+            assert int(result.details["loss_scale_skipped_steps"]) < 6
     # Same seed, same data: the int8 matmuls move the loss a little, not a lot; and training moved it
     assert switchback["final_loss"] == pytest.approx(baseline["final_loss"], abs=0.05)
     assert switchback["final_eval_loss"] == pytest.approx(baseline["final_eval_loss"], abs=0.05)
