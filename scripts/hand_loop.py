@@ -6,7 +6,8 @@ weights (`--fused`: fused AdamW, as `optim: adamw_torch_fused`); step time taken
 at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
-        [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]]
+        [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]] [--synthetic-text]
+        [--token-ids-below N] [--masked-prompt-tokens N]
 
 --arm: an arm as the benchmark's inputs name it (`baseline`, `liger`, `liger-without-loss+cce`, `float8+compile`,
 ...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
@@ -26,6 +27,23 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import architecture_config
+
+
+def synthetic_rows(seq: int, vocab_size: int, num_examples: int = 512) -> torch.Tensor:
+    """The first `seq` tokens of each generated alpaca example long enough to fill them, as the benchmark's
+    `synthetic:alpaca` data (2,100-2,600 words an example) is tokenized for a `random:` model."""
+    from finetune_bench.sources.models import OFFLINE_TOKENIZER_VOCAB
+    from finetune_bench.sources.synthetic import generate_alpaca_records, train_offline_tokenizer
+
+    tokenizer = train_offline_tokenizer(min(OFFLINE_TOKENIZER_VOCAB, vocab_size))
+    texts = [
+        " ".join(r[k] for k in ("instruction", "input", "output"))
+        for r in generate_alpaca_records(num_examples, 2100, 2600)
+    ]
+    ids = [row[:seq] for row in tokenizer(texts)["input_ids"] if len(row) >= seq]
+    if not ids:
+        raise SystemExit(f"no generated example has {seq} tokens")
+    return torch.tensor(ids)
 
 
 def main() -> None:
@@ -49,6 +67,19 @@ def main() -> None:
         "(the benchmark's own profiler: kernel table, trace, memory snapshot), to compare with a profiled run's",
     )
     parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument(
+        "--synthetic-text",
+        action="store_true",
+        help="the batches from the benchmark's generated text (`synthetic:alpaca`, 2,100-2,600 words an example) "
+        "tokenized by the tokenizer a `random:` model gets, every row full: the token statistics of the workflow's "
+        "runs, which data-dependent kernels (Cut Cross-Entropy's backward) are sensitive to",
+    )
+    parser.add_argument(
+        "--token-ids-below",
+        type=int,
+        default=8192,
+        help="draw the random token ids from [3, N) (0: the model's whole vocabulary)",
+    )
     parser.add_argument(
         "--masked-prompt-tokens",
         type=int,
@@ -88,22 +119,26 @@ def main() -> None:
     model.config.use_cache = False
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, fused=opts.fused or None)
-    vocab = min(config.vocab_size, 8192)
+    vocab = min(config.vocab_size, opts.token_ids_below or config.vocab_size)
+    rows = synthetic_rows(opts.seq, config.vocab_size).to(device) if opts.synthetic_text else None
 
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times = []
 
     def step() -> None:
-        ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
+        if rows is None:
+            ids = torch.randint(3, vocab, (opts.batch, opts.seq), device=device)
+        else:
+            ids = rows[torch.randint(0, len(rows), (opts.batch,), device=device)]
+        labels = ids.clone()
+        labels[:, : opts.masked_prompt_tokens] = -100
         if arm.cce:
             from cut_cross_entropy import linear_cross_entropy
 
             hidden = model.model(input_ids=ids).last_hidden_state
-            loss = linear_cross_entropy(hidden, model.lm_head.weight, ids, shift=True)
+            loss = linear_cross_entropy(hidden, model.lm_head.weight, labels, shift=True)
         elif opts.masked_prompt_tokens:
-            labels = ids.clone()
-            labels[:, : opts.masked_prompt_tokens] = -100
             loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
@@ -137,6 +172,8 @@ def main() -> None:
                 "num_hidden_layers": config.num_hidden_layers,
                 "fused_adamw": opts.fused,
                 "masked_prompt_tokens": opts.masked_prompt_tokens,
+                "token_ids_below": None if opts.synthetic_text else vocab,
+                "synthetic_text": opts.synthetic_text,
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,

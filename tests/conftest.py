@@ -80,3 +80,13 @@ def undo_liger_patches():
     yield
     for module, state in zip(modules, states, strict=True):
         _restore(module, state)
+
+
+@pytest.fixture(autouse=True)
+def _no_frozen_objects_left():
+    """A test that began a StepRecorder's training without ending it leaves the collector's objects frozen
+    (gc.freeze); the next test starts without."""
+    yield
+    import gc
+
+    gc.unfreeze()
