@@ -9,6 +9,9 @@ from finetune_bench.results.record import OK
 
 # The paired comparison's columns the leaderboard shows, each with its interval where it has one.
 _RATIOS = ("throughput", "peak_reserved", "energy_per_token")
+# Peak reserved memories closer than this share of the baseline's count as the same on the front: a stack that
+# saves less than that over a faster one is not worth its speed (a memory budget is not that exact).
+MEMORY_TIE = 0.01
 
 
 def stack_arms(paired: pd.DataFrame) -> list[str]:
@@ -21,9 +24,10 @@ def stack_arms(paired: pd.DataFrame) -> list[str]:
 def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """Per point of the axes other than the arm: each stack's throughput, peak reserved memory and energy per token
     as ratios to the baseline over paired runs (with their intervals where there are enough pairs), how many of
-    its runs' losses matched the baseline's, its rank by throughput, and `pareto`: no other stack at that point,
-    the baseline included, is at least as fast and as lean and better in one. Empty unless two or more stacks were
-    compared."""
+    its runs' losses matched the baseline's, its rank by throughput, `pareto`: no other stack at that point, the
+    baseline included, is at least as fast and as lean (memories within `MEMORY_TIE` of the baseline's count as the
+    same) and better in one, and `beaten_by`: the fastest one that is ("" on the front). Empty unless two or more
+    stacks were compared."""
     arms = stack_arms(paired)
     if len(arms) < 2:
         return pd.DataFrame()
@@ -40,7 +44,8 @@ def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) ->
     for _, group in groups:
         group = group.sort_values("throughput_ratio", ascending=False, na_position="last").copy()
         group.insert(0, "rank", range(1, len(group) + 1))
-        group["pareto"] = _on_front(group)
+        group["beaten_by"] = _beaten_by(group)
+        group["pareto"] = group["beaten_by"] == ""
         ranked.append(group)
     return pd.concat(ranked, ignore_index=True)
 
@@ -59,22 +64,25 @@ def _loss_matches(table: pd.DataFrame, arm: str, point: dict) -> str:
     return f"{int((judged['loss_parity'] == MATCH).sum())} of {len(judged)}"
 
 
-def _on_front(group: pd.DataFrame) -> list[bool]:
-    """For each stack: whether no other one (the baseline, at 1 and 1, included) dominates it in throughput (higher
-    is better) and peak reserved memory (lower is better). A stack without both ratios is not on the front."""
+def _beaten_by(group: pd.DataFrame) -> list[str]:
+    """For each stack: the fastest other one (the baseline, at 1 and 1, included) that dominates it in throughput
+    (higher is better) and peak reserved memory (lower is better; within `MEMORY_TIE` counts as equal), "" when none
+    does (it is on the front); "–" for a stack without both ratios (not on the front)."""
     memory = group["peak_reserved_ratio"] if "peak_reserved_ratio" in group else pd.Series(float("nan"), group.index)
     points = [(BASELINE, 1.0, 1.0), *zip(group["arm"], group["throughput_ratio"], memory, strict=True)]
-    front = []
+    beaten_by = []
     for arm, speed, memory in points[1:]:
         if pd.isna(speed) or pd.isna(memory):
-            front.append(False)
+            beaten_by.append("–")
             continue
-        dominated = any(
-            other != arm and pd.notna(s) and pd.notna(m) and s >= speed and m <= memory and (s > speed or m < memory)
+        dominating = [
+            (s, other)
             for other, s, m in points
-        )
-        front.append(not dominated)
-    return front
+            if other != arm and pd.notna(s) and pd.notna(m) and s >= speed and m <= memory + MEMORY_TIE
+            and (s > speed or m < memory)
+        ]  # fmt: skip
+        beaten_by.append(max(dominating)[1] if dominating else "")
+    return beaten_by
 
 
 def _points(frame: pd.DataFrame, others: list[str]) -> list[tuple[dict, pd.DataFrame]]:

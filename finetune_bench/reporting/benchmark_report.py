@@ -17,6 +17,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
+from finetune_bench.analysis.stacks import MEMORY_TIE  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
 from finetune_bench.analysis.tables import COST_COLUMN, METRIC_BY_COLUMN, profile_categories, ran_on_cpu  # noqa: E402
 from finetune_bench.analysis.timeline import IN_WALL_COLUMNS, OTHER_COLUMN  # noqa: E402
@@ -703,6 +704,24 @@ def _runs_tab(a: GridAnalysis) -> str:
     return _timeline_html(a) + "<h3>Every run</h3>" + runs
 
 
+def _front_text(row: tuple, stacks: pd.DataFrame, others: list[str]) -> str:
+    """The leaderboard's Pareto cell: "yes", or which stack beats this one, and how."""
+    if row.pareto:
+        return "yes"
+    if row.beaten_by == "–":
+        return "no: its memory was not measured"
+    if row.beaten_by == BASELINE:
+        other_memory = 1.0
+    else:
+        same_point = stacks[stacks["arm"] == row.beaten_by]
+        for axis in others:
+            same_point = same_point[same_point[axis] == getattr(row, axis)]
+        other_memory = same_point["peak_reserved_ratio"].iloc[0]
+    if other_memory < row.peak_reserved_ratio:
+        return f"no: {row.beaten_by} is as fast or faster and leaner"
+    return f"no: {row.beaten_by} is faster and needs at most {MEMORY_TIE:.0%} of the baseline's memory more"
+
+
 def _stacks_figure(stacks: pd.DataFrame, swept: list[str]) -> plt.Figure:
     """Speed against memory, both as ratios to the baseline (at 1, 1), one panel per point of the other axes:
     stacks on the Pareto front filled, the others hollow."""
@@ -750,15 +769,15 @@ def _stacks_tab(a: GridAnalysis) -> str | None:
                 _ratio_text(*values) for values in zip(stacks[f"{name}_ratio"], *bounds, strict=True)
             ]
     shown["loss matched"] = stacks["loss_match"]
-    shown["Pareto front"] = stacks["pareto"].map(
-        {True: "yes", False: "no: another stack (or the baseline) is faster and leaner"}
-    )
+    shown["Pareto front"] = [_front_text(row, stacks, others) for row in stacks.itertuples(index=False)]
     parts = [
         "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
         f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (from {MIN_PAIRS_FOR_CI} pairs), the "
         "ratios of peak reserved memory and energy per token, and how many of its runs' losses matched the "
         "baseline's. A stack off the Pareto front is beaten on both speed and memory by another one here, or by the "
-        "baseline: it is never the one to train with on this model, batch and sequence length.</p>",
+        "baseline: it is never the one to train with on this model, batch and sequence length. Memories within "
+        f"{MEMORY_TIE:.0%} of the baseline's count as the same: a stack that saves less than that over a faster one "
+        "is off the front.</p>",
         table_html(shown),
     ]
     if "peak_reserved_ratio" in stacks and stacks["peak_reserved_ratio"].notna().any():

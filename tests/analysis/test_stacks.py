@@ -43,7 +43,8 @@ def test_stacks_are_ranked_by_speed_and_those_beaten_on_speed_and_memory_are_off
     assert stacks.loc["cce", "throughput_ratio"] < stacks.loc["liger", "throughput_ratio"]
     assert (stacks["pairs"] == 3).all() and stacks["throughput_ci_low"].notna().all()
     tab = grid_report(analysis).sections["Stacks"]
-    assert "no: another stack (or the baseline) is faster and leaner" in tab and "data:image/png;base64," in tab
+    assert stacks["beaten_by"].to_dict() == {"compile": "", "liger": "", "compile+cce": "compile", "cce": "liger"}
+    assert "no: compile is as fast or faster and leaner" in tab and "data:image/png;base64," in tab
     assert list(grid_report(analysis).sections)[:2] == ["Summary", "Stacks"]
 
 
@@ -51,6 +52,24 @@ def test_a_stack_slower_and_fatter_than_the_baseline_is_beaten_by_the_baseline()
     shapes = {**SHAPES, "cce": (90.0, 70.0)}
     analysis = _grid(["baseline", "liger", "cce"], shapes)
     assert analysis.stacks.set_index("arm")["pareto"].to_dict() == {"liger": True, "cce": False}
+
+
+def test_a_slower_stack_saving_less_than_the_tie_margin_is_off_the_front_and_out_of_the_budgets():
+    # at Llama-3-8B's width: liger-without-loss+cce 0.06 GiB leaner than liger (0.1 % of the baseline's 43.6 GiB)
+    # but 20 % slower: not a stack to name for a memory budget
+    shapes = {"baseline": (100.0, 43.6), "liger": (110.0, 29.10), "liger-without-loss+cce": (80.0, 29.04)}
+    analysis = _grid(list(shapes), shapes)
+    stacks = analysis.stacks.set_index("arm")
+    assert stacks["pareto"].to_dict() == {"liger": True, "liger-without-loss+cce": False}
+    assert stacks.loc["liger-without-loss+cce", "beaten_by"] == "liger"
+    assert list(analysis.stack_budgets["train_with"]) == ["liger"]
+    tab = grid_report(analysis).sections["Stacks"]
+    assert "no: liger is faster and needs at most 1% of the baseline's memory more" in tab
+    # beyond the margin (2 GiB leaner, 4.6 % of the baseline's) it is on the front and a budget's answer
+    shapes["liger-without-loss+cce"] = (80.0, 27.1)
+    analysis = _grid(list(shapes), shapes)
+    assert analysis.stacks.set_index("arm")["pareto"].to_dict() == {"liger": True, "liger-without-loss+cce": True}
+    assert list(analysis.stack_budgets["train_with"]) == ["liger-without-loss+cce", "liger"]
 
 
 def test_one_stack_has_no_stacks_view():
