@@ -74,6 +74,12 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             eval_error=result.details.get("eval_error", ""),
             # why the run has no energy figures (a CPU, a GPU without NVML's energy counter, an NVML error)
             energy_unavailable=result.details.get(ENERGY_UNAVAILABLE, ""),
+            # float16 mixed precision (empty otherwise): the loss scale after the last training step, the steps
+            # the scaler skipped for inf/NaN gradients, and the dtypes of the weights that trained and the frozen ones
+            loss_scale=_detail_number(result.details, "loss_scale"),
+            loss_scale_skipped_steps=_detail_number(result.details, "loss_scale_skipped_steps"),
+            trainable_dtype=result.details.get("trainable_dtype", ""),
+            frozen_dtype=result.details.get("frozen_dtype", ""),
             error_tail=result.error_tail,
         )
         rows.append(row)
@@ -82,6 +88,11 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         if column not in table:
             table[column] = float("nan")
     return table
+
+
+def _detail_number(details: dict[str, str], key: str) -> float:
+    """A run's numeric detail (details are kept as text), NaN where the run has none."""
+    return float(details[key]) if details.get(key, "") != "" else float("nan")
 
 
 def cost_per_million_tokens(tokens_per_second: float, gpus: float, gpu_hour_price: float) -> float:

@@ -66,6 +66,18 @@ def test_every_planned_run_has_a_row_even_when_lost(grid):
     assert table.loc[table["status"] == "ok", "peak_reserved_gib"].max() == pytest.approx(16 * 0.8)
 
 
+def test_a_float16_run_s_loss_scaling_and_weight_dtypes_are_columns_of_the_results(grid):
+    planned, results = grid
+    mixed = {"loss_scale": "32768.0", "loss_scale_skipped_steps": "2", "trainable_dtype": "float32", "frozen_dtype": ""}
+    results[0] = dataclasses.replace(results[0], details={**results[0].details, **mixed})
+    table = results_table(planned, results)
+    assert table.loc[0, "loss_scale"] == 32768.0 and table.loc[0, "loss_scale_skipped_steps"] == 2
+    assert table.loc[0, "trainable_dtype"] == "float32" and table.loc[0, "frozen_dtype"] == ""
+    others = table.iloc[1:]  # no float16: nothing to say
+    assert others["loss_scale"].isna().all() and others["loss_scale_skipped_steps"].isna().all()
+    assert (others["trainable_dtype"].fillna("") == "").all()  # a lost run has no row values at all
+
+
 def test_comparison_uses_medians_and_keeps_failed_conditions(grid):
     table = results_table(*grid)
     comparison = arms_vs_baseline(condition_summary(table, SWEPT), SWEPT).set_index("per_device_train_batch_size")
