@@ -36,6 +36,7 @@ RECORDED_PACKAGES = (
     "liger-kernel",
     "cut-cross-entropy",
     "torchao",
+    "bitsandbytes",  # SwitchBack's layers
     "datasets",
     "accelerate",
 )
