@@ -492,3 +492,28 @@ def test_packed_training_runs_with_full_rows_and_no_padding(backend, tiny_model_
     else:
         # TRL's best-fit rows hold whole examples, up to 64 tokens each, flattened into one row per batch
         assert (steps["padded_tokens"] > 2 * longest).all() and (steps["padded_tokens"] <= 2 * 64).all()
+
+
+@pytest.fixture(scope="module")
+def prompts_that_fill_the_window(tmp_path_factory, tokenizer):
+    """Prompt/completion examples, most of whose prompts are longer than 32 tokens (nothing of their completion
+    survives truncation to 32), and the count of those that leave room for a completion token."""
+    rows = [
+        {"prompt": "Summarize this. " + "word " * (4 if i % 4 == 0 else 40), "completion": "a short answer " * 3}
+        for i in range(64)
+    ]
+    path = write_jsonl(tmp_path_factory.mktemp("long_prompts") / "long_prompts.jsonl", rows)
+    usable = sum(len(tokenizer(r["prompt"])["input_ids"]) < 32 for r in rows)
+    return prepare_dataset(local_source(path)), usable
+
+
+def test_trl_packing_leaves_out_examples_whose_prompt_fills_the_window(
+    prompts_that_fill_the_window, tiny_model_dir, tmp_path
+):
+    # Packed rows made only of such prompts have no labelled token: the step's loss was 0/0, NaN at step 1.
+    dataset_dir, usable = prompts_that_fill_the_window
+    assert 0 < usable < 64
+    args = TrainingArgs(backend="trl_sft", packing=True, per_device_train_batch_size=2, max_seq_length=32, max_steps=3)
+    result, steps = train_in_process(args, dataset_dir, tiny_model_dir, tmp_path / "run")
+    assert result["status"] == "ok", (result.get("reason"), result.get("error_tail"))
+    assert len(steps) == 3 and steps["loss"].notna().all()

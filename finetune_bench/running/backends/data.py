@@ -164,6 +164,11 @@ def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int
     raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}{hint}")
 
 
+def _prompt_lengths(dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase") -> list[int]:
+    """The token count of each example's prompt (the dataset has a `prompt` column)."""
+    return [len(ids) for ids in tokenizer(list(dataset["prompt"]))["input_ids"]]
+
+
 def usable_examples(
     dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", lengths: list[int]
 ) -> dict[int, int]:
@@ -172,5 +177,16 @@ def usable_examples(
     tokenized once, whatever the number of lengths."""
     if "prompt" not in dataset.column_names:
         return dict.fromkeys(lengths, len(dataset))
-    prompt_lengths = [len(ids) for ids in tokenizer(list(dataset["prompt"]))["input_ids"]]
+    prompt_lengths = _prompt_lengths(dataset, tokenizer)
     return {length: sum(n < length for n in prompt_lengths) for length in lengths}
+
+
+def with_room_for_a_completion(
+    dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", max_seq_length: int
+) -> "datasets.Dataset":
+    """The examples `tokenize_prompt_completion` keeps, untokenized (for TRL, which tokenizes itself): those whose
+    prompt leaves room for at least one completion token at `max_seq_length`. Truncated, the others have nothing to
+    learn from, and packed rows made of them alone would have no labelled token (a loss of 0/0)."""
+    if "prompt" not in dataset.column_names:
+        return dataset
+    return dataset.select([i for i, n in enumerate(_prompt_lengths(dataset, tokenizer)) if n < max_seq_length])

@@ -24,7 +24,11 @@ from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import LoadedModel, load_model, profile_after_timed_steps, run_details
-from finetune_bench.running.backends.data import check_packing_isolates_examples, require_one_batch
+from finetune_bench.running.backends.data import (
+    check_packing_isolates_examples,
+    require_one_batch,
+    with_room_for_a_completion,
+)
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.plain_loop import loss_details
 from finetune_bench.running.backends.trainer_common import (
@@ -114,6 +118,9 @@ def _trainer(
     """The SFTTrainer of the run on its data, recording every step and running the held-out evaluations, and its
     recording callback."""
     dataset, held_out = load_training_and_held_out(dataset_dir, args.eval_examples)
+    # as the other backends train: only examples with a completion token left at max_length (the others, packed
+    # together, would make rows with no labelled token)
+    dataset = with_room_for_a_completion(dataset, loaded.tokenizer, args.max_seq_length)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
     if not args.packing:  # packed, several examples share a row: TRL counts the rows
         require_one_batch(len(dataset), args.examples_per_step, args.max_seq_length)
