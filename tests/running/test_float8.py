@@ -42,3 +42,16 @@ def test_layers_float8_s_matmul_does_not_take_stay_as_they_are():
 def test_a_cpu_run_of_float8_is_refused_before_loading():
     with pytest.raises(Float8NotRunnable, match="needs a CUDA GPU, and this run's device is cpu"):
         check_float8_runs_here(torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("capability", "refused"), [((8, 0), True), ((8, 6), True), ((8, 9), False), ((9, 0), False)])
+def test_a_gpu_below_compute_capability_8_9_is_refused_naming_its_capability(monkeypatch, capability, refused):
+    # no such GPU here: the capability torch reports is a stand-in (an A100 is 8.0, an A10 8.6, an L4 8.9, H100 9.0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Stand-in")
+    if not refused:
+        check_float8_runs_here(torch.device("cuda"))
+        return
+    needed = rf"compute capability 8\.9 or newer .*NVIDIA Stand-in has {capability[0]}\.{capability[1]}"
+    with pytest.raises(Float8NotRunnable, match=needed):
+        check_float8_runs_here(torch.device("cuda"))
