@@ -44,7 +44,9 @@ def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) ->
     for _, group in groups:
         group = group.sort_values("throughput_ratio", ascending=False, na_position="last").copy()
         group.insert(0, "rank", range(1, len(group) + 1))
-        group["beaten_by"] = _beaten_by(group)
+        beaten = _beaten_by(group)
+        group["beaten_by"] = [name for name, _ in beaten]
+        group["beaten_by_peak_reserved_ratio"] = [memory for _, memory in beaten]
         group["pareto"] = group["beaten_by"] == ""
         ranked.append(group)
     return pd.concat(ranked, ignore_index=True)
@@ -64,24 +66,30 @@ def _loss_matches(table: pd.DataFrame, arm: str, point: dict) -> str:
     return f"{int((judged['loss_parity'] == MATCH).sum())} of {len(judged)}"
 
 
-def _beaten_by(group: pd.DataFrame) -> list[str]:
-    """For each stack: the fastest other one (the baseline, at 1 and 1, included) that dominates it in throughput
-    (higher is better) and peak reserved memory (lower is better; within `MEMORY_TIE` counts as equal), "" when none
-    does (it is on the front); "–" for a stack without both ratios (not on the front)."""
+def _beaten_by(group: pd.DataFrame) -> list[tuple[str, float]]:
+    """For each stack: ("", NaN) when it is on the speed-memory front, else the stack on the front (or the baseline,
+    at 1 and 1) that beats it, at least as fast and at most `MEMORY_TIE` of the baseline's memory more, with that
+    stack's memory ratio; ("–", NaN) for a stack without both ratios (not compared). The front is built from the
+    fastest down: a stack joins it when it is leaner, by more than `MEMORY_TIE`, than every faster one on it (so a
+    stack off it is always beaten by one on it)."""
     memory = group["peak_reserved_ratio"] if "peak_reserved_ratio" in group else pd.Series(float("nan"), group.index)
-    points = [(BASELINE, 1.0, 1.0), *zip(group["arm"], group["throughput_ratio"], memory, strict=True)]
-    beaten_by = []
-    for arm, speed, memory in points[1:]:
-        if pd.isna(speed) or pd.isna(memory):
-            beaten_by.append("–")
-            continue
-        dominating = [
-            (s, other)
-            for other, s, m in points
-            if other != arm and pd.notna(s) and pd.notna(m) and s >= speed and m <= memory + MEMORY_TIE
-            and (s > speed or m < memory)
-        ]  # fmt: skip
-        beaten_by.append(max(dominating)[1] if dominating else "")
+    return _front([(BASELINE, 1.0, 1.0), *zip(group["arm"], group["throughput_ratio"], memory, strict=True)])[1:]
+
+
+def _front(points: list[tuple[str, float, float]]) -> list[tuple[str, float]]:
+    """`_beaten_by` of (name, throughput ratio, memory ratio) points, in their order."""
+    comparable = [i for i, (_, speed, memory) in enumerate(points) if pd.notna(speed) and pd.notna(memory)]
+    comparable.sort(key=lambda i: (-points[i][1], points[i][2]))  # fastest first; at equal speed, leanest first
+    beaten_by = [("–", float("nan"))] * len(points)
+    front: list[int] = []
+    for i in comparable:
+        beaters = [k for k in front if points[k][2] <= points[i][2] + MEMORY_TIE]
+        if beaters:
+            beater = min(beaters, key=lambda k: points[k][2])  # the leanest that beats it
+            beaten_by[i] = (points[beater][0], points[beater][2])
+        else:
+            front.append(i)
+            beaten_by[i] = ("", float("nan"))
     return beaten_by
 
 
@@ -97,8 +105,8 @@ def _points(frame: pd.DataFrame, others: list[str]) -> list[tuple[dict, pd.DataF
 
 def best_stack_per_budget(stacks: pd.DataFrame, summary: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """Per point of the other axes: which stack to train with for each memory budget. The candidates are the
-    baseline and the stacks on the speed-memory front none of whose runs' losses diverged from the baseline's (no
-    verdict, without loss curves, is no divergence); sorted by
+    baseline and the stacks on the speed-memory front of the stacks none of whose runs' losses diverged from the
+    baseline's (no verdict, without loss curves, is no divergence); sorted by
     their median peak reserved memory (GiB), each is the fastest that fits a budget of at least its memory, up to
     the next one's. Columns: the other axes, `at_least_gib` (the budget from which it is the answer),
     `train_with`, `throughput_ratio`, `peak_reserved_gib`. Empty without stacks or measured memory."""
@@ -111,10 +119,16 @@ def best_stack_per_budget(stacks: pd.DataFrame, summary: pd.DataFrame, swept: li
         for axis, value in point.items():
             memory = memory[memory[axis] == value]
         reserved = dict(zip(memory["arm"], memory["peak_reserved_gib"], strict=True))
+        # the front among the stacks whose losses did not diverge: a diverged stack beats none of them
+        eligible = [row for row in group.itertuples(index=False) if not _some_diverged(row.loss_match)]
+        on_front = _front(
+            [(BASELINE, 1.0, 1.0)]
+            + [(row.arm, row.throughput_ratio, getattr(row, "peak_reserved_ratio", float("nan"))) for row in eligible]
+        )
         candidates = [(BASELINE, 1.0, reserved.get(BASELINE))] + [
             (row.arm, row.throughput_ratio, reserved.get(row.arm))
-            for row in group.itertuples(index=False)
-            if row.pareto and not _some_diverged(row.loss_match)
+            for row, (beaten_by, _) in zip(eligible, on_front[1:], strict=True)
+            if beaten_by == ""
         ]
         candidates = [c for c in candidates if c[2] is not None and pd.notna(c[2]) and pd.notna(c[1])]
         fastest_so_far = float("-inf")

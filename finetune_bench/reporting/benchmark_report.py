@@ -704,20 +704,15 @@ def _runs_tab(a: GridAnalysis) -> str:
     return _timeline_html(a) + "<h3>Every run</h3>" + runs
 
 
-def _front_text(row: tuple, stacks: pd.DataFrame, others: list[str]) -> str:
+def _front_text(row: tuple) -> str:
     """The leaderboard's Pareto cell: "yes", or which stack beats this one, and how."""
     if row.pareto:
         return "yes"
+    if pd.isna(row.throughput_ratio):
+        return "not compared: no ok run paired with the baseline's"
     if row.beaten_by == "–":
         return "no: its memory was not measured"
-    if row.beaten_by == BASELINE:
-        other_memory = 1.0
-    else:
-        same_point = stacks[stacks["arm"] == row.beaten_by]
-        for axis in others:
-            same_point = same_point[same_point[axis] == getattr(row, axis)]
-        other_memory = same_point["peak_reserved_ratio"].iloc[0]
-    if other_memory < row.peak_reserved_ratio:
+    if row.beaten_by_peak_reserved_ratio < row.peak_reserved_ratio:
         return f"no: {row.beaten_by} is as fast or faster and leaner"
     return f"no: {row.beaten_by} is faster and needs at most {MEMORY_TIE:.0%} of the baseline's memory more"
 
@@ -769,7 +764,7 @@ def _stacks_tab(a: GridAnalysis) -> str | None:
                 _ratio_text(*values) for values in zip(stacks[f"{name}_ratio"], *bounds, strict=True)
             ]
     shown["loss matched"] = stacks["loss_match"]
-    shown["Pareto front"] = [_front_text(row, stacks, others) for row in stacks.itertuples(index=False)]
+    shown["Pareto front"] = [_front_text(row) for row in stacks.itertuples(index=False)]
     parts = [
         "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
         f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (from {MIN_PAIRS_FOR_CI} pairs), the "

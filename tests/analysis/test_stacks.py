@@ -1,5 +1,7 @@
 """The Stacks view: stacks ranked by speed against the baseline, the speed-memory Pareto front, and the tab."""
 
+import dataclasses
+
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
@@ -43,8 +45,9 @@ def test_stacks_are_ranked_by_speed_and_those_beaten_on_speed_and_memory_are_off
     assert stacks.loc["cce", "throughput_ratio"] < stacks.loc["liger", "throughput_ratio"]
     assert (stacks["pairs"] == 3).all() and stacks["throughput_ci_low"].notna().all()
     tab = grid_report(analysis).sections["Stacks"]
-    assert stacks["beaten_by"].to_dict() == {"compile": "", "liger": "", "compile+cce": "compile", "cce": "liger"}
-    assert "no: compile is as fast or faster and leaner" in tab and "data:image/png;base64," in tab
+    # named: the leanest stack on the front that beats it
+    assert stacks["beaten_by"].to_dict() == {"compile": "", "liger": "", "compile+cce": "liger", "cce": "liger"}
+    assert "no: liger is as fast or faster and leaner" in tab and "data:image/png;base64," in tab
     assert list(grid_report(analysis).sections)[:2] == ["Summary", "Stacks"]
 
 
@@ -72,6 +75,24 @@ def test_a_slower_stack_saving_less_than_the_tie_margin_is_off_the_front_and_out
     assert list(analysis.stack_budgets["train_with"]) == ["liger-without-loss+cce", "liger"]
 
 
+def test_the_front_is_built_from_the_fastest_down_so_a_stack_off_it_is_beaten_by_one_on_it():
+    # each 0.9 % of the baseline's memory leaner than the next faster one: B is within the margin of C, A is not
+    # (1.8 % leaner than C), so A stays on the front and B is beaten by C
+    shapes = {"baseline": (100.0, 100.0), "C": (120.0, 61.8), "B": (110.0, 60.9), "A": (100.5, 60.0)}
+    shapes = {"baseline": shapes["baseline"], "liger": shapes["C"], "compile": shapes["B"], "cce": shapes["A"]}
+    analysis = _grid(list(shapes), shapes)
+    stacks = analysis.stacks.set_index("arm")
+    assert stacks["beaten_by"].to_dict() == {"liger": "", "compile": "liger", "cce": ""}
+    assert list(analysis.stack_budgets["train_with"]) == ["cce", "liger"]
+
+
+def test_a_stack_not_compared_with_the_baseline_says_so():
+    analysis = _grid(["baseline", "liger", "cce"])
+    stacks = analysis.stacks.assign(throughput_ratio=[1.35, float("nan")], pareto=[True, False], beaten_by=["", "–"])
+    tab = grid_report(dataclasses.replace(analysis, stacks=stacks)).sections["Stacks"]
+    assert "not compared: no ok run paired with the baseline's" in tab
+
+
 def test_one_stack_has_no_stacks_view():
     analysis = _grid(["baseline", "liger", "baseline_repeat"])
     assert analysis.stacks.empty and "Stacks" not in grid_report(analysis).sections
@@ -94,7 +115,8 @@ def test_a_stack_whose_loss_diverged_is_never_recommended_for_a_budget():
     from finetune_bench.analysis.stacks import best_stack_per_budget
 
     budgets = best_stack_per_budget(stacks, analysis.summary, analysis.swept)
-    assert budgets["train_with"].tolist() == ["compile"]
+    # without liger, cce (as fast as the baseline, 36 GiB) is the leanest stack left: the answer up to compile's 42
+    assert budgets["train_with"].tolist() == ["cce", "compile"]
 
 
 def test_each_component_s_share_comes_from_the_ablations_in_the_grid():
