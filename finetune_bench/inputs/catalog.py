@@ -23,8 +23,7 @@ PLAIN_LOOP_CRITERIA = tuple(criterion for criterion in CRITERIA if criterion != 
 class Backend:
     """A training backend (`TrainingArgs.backend`, a module of `finetune_bench.running.backends`) and what it can
     do: the criteria it runs, whether it implements `packing`, whether it trains LoRA adapters (`lora_rank` > 0),
-    whether it tokenizes the examples itself (`running.backends.data.tokenize_prompt_completion`; TRL's
-    SFTTrainer tokenizes on its own), whether it trains (builds an optimizer and steps it; on several GPUs
+    whether it trains (builds an optimizer and steps it; on several GPUs
     only one that trains runs) or measures forward passes only, and whether an arm component that replaces the loss
     (`cce`) can run in it: the plain loop computes the loss itself, the Trainers through their `compute_loss`
     (`running.backends.trainer_common.cut_cross_entropy_trainer`) on one GPU; on several, the Trainers' DDP and FSDP
@@ -34,7 +33,6 @@ class Backend:
     criteria: tuple[str, ...]
     packing: bool = False
     lora: bool = False
-    own_tokenization: bool = True
     trains: bool = True
     computes_loss_itself: bool = False
     # the loss computed by the backend on one GPU only (the Trainers: see above)
@@ -49,7 +47,6 @@ BACKENDS = {
             "trl_sft",
             ("model", "trl"),
             packing=True,
-            own_tokenization=False,
             computes_loss_itself=True,
             own_loss_one_gpu_only=True,
         ),

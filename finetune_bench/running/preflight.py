@@ -6,7 +6,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-from finetune_bench.inputs.catalog import BACKENDS
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.model_overrides import (
     check_overrides_against_config,
@@ -19,12 +18,10 @@ from finetune_bench.running.backends.data import NotOneBatch, require_one_batch,
 
 def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: Path) -> list[PlannedRun]:
     """`planned`, with every run whose dataset cannot fill one batch at its max_seq_length refused (it ends as
-    an error result naming why, without being launched). Checked, unpacked, for the backends that tokenize with
-    `tokenize_prompt_completion`; for one that tokenizes on its own (TRL's SFTTrainer, which drops the examples
-    whose prompt fills max_seq_length too, and fails at its first step when none is left: `num_samples should be a
-    positive integer value, but got num_samples=0`), whose count may differ by a few examples, only a dataset with
-    no example left at all is refused."""
-    checked = [run for run in planned if not (run.refused or run.predicted_oom or run.training_args.packing)]
+    an error result naming why, without being launched): every backend trains the examples whose prompt leaves room
+    for a completion token (`usable_examples`). Packed, several examples share a row, and one example left is the
+    least that trains."""
+    checked = [run for run in planned if not (run.refused or run.predicted_oom)]
     if not checked:
         return planned
     from transformers import AutoTokenizer
@@ -47,7 +44,7 @@ def refuse_unfillable(planned: list[PlannedRun], dataset_dir: Path, model_dir: P
     refused = {}
     for run in checked:
         args = run.training_args
-        batch = args.examples_per_step if BACKENDS[args.backend].own_tokenization else 1
+        batch = 1 if args.packing else args.examples_per_step
         try:
             if args.eval_examples in unsplittable:
                 raise NotOneBatch(unsplittable[args.eval_examples])

@@ -39,10 +39,29 @@ def test_runs_that_cannot_fill_a_batch_are_refused_before_launch(sources):
     refused = {(r.condition_id, r.run_number): r.refused for r in checked if r.refused}
     assert set(refused) == {("arm=baseline,max_seq_length=8", 0), ("arm=baseline,max_seq_length=8", 1)}
     assert all("every example's prompt fills max_seq_length 8" in reason for reason in refused.values())
-    # TRL tokenizes on its own: its runs are refused only when no example is left at all
+    # TRL tokenizes on its own, but trains the same examples (trl_sft keeps those with room for a completion)
     trl = plan_runs(ExperimentArgs(max_seq_length=[8, 32]), TrainingArgs(backend="trl_sft"), 1)
     refused = [r.condition_id for r in refuse_unfillable(trl, dataset_dir, model_dir) if r.refused]
     assert refused == ["max_seq_length=8"]
+
+
+def test_trl_and_packed_runs_are_counted_as_the_backends_train_them(sources):
+    from transformers import AutoTokenizer
+
+    dataset_dir, model_dir = sources
+    dataset, tokenizer = load_prompt_completion(dataset_dir), AutoTokenizer.from_pretrained(model_dir)
+    counts = usable_examples(dataset, tokenizer, list(range(8, 64, 2)))
+    length, usable = next((n, c) for n, c in counts.items() if 0 < c < TrainingArgs().synthetic_num_examples)
+    # a batch one larger than the usable examples: trl_sft is refused (it trains only those), as the plain loop is
+    for backend in ("trl_sft", "plain_loop"):
+        training = TrainingArgs(backend=backend, max_seq_length=length, per_device_train_batch_size=usable + 1)
+        (run,) = refuse_unfillable(plan_runs(ExperimentArgs(arm=["baseline"]), training, 1), dataset_dir, model_dir)
+        assert f"the dataset has {usable} usable examples, fewer than one batch of {usable + 1}" in run.refused
+    # packed, one usable example is enough (a row holds several); none is refused before launch
+    for length, expected_refused in ((8, True), (32, False)):
+        training = TrainingArgs(backend="trl_sft", packing=True, max_seq_length=length)
+        (run,) = refuse_unfillable(plan_runs(ExperimentArgs(arm=["baseline"]), training, 1), dataset_dir, model_dir)
+        assert bool(run.refused) is expected_refused, run.refused
 
 
 def test_on_two_ranks_the_data_must_fill_the_batch_of_both(sources):

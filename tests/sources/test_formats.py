@@ -517,3 +517,23 @@ def test_trl_packing_leaves_out_examples_whose_prompt_fills_the_window(
     result, steps = train_in_process(args, dataset_dir, tiny_model_dir, tmp_path / "run")
     assert result["status"] == "ok", (result.get("reason"), result.get("error_tail"))
     assert len(steps) == 3 and steps["loss"].notna().all()
+
+
+def test_conversational_prompts_are_left_to_trl_and_counted_whole(tokenizer):
+    from datasets import Dataset
+
+    from finetune_bench.running.backends.data import usable_examples, with_room_for_a_completion
+
+    chats = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": "word " * 50}],
+                "completion": [{"role": "assistant", "content": "ok"}],
+            }
+            for _ in range(4)
+        ]
+    )
+    assert len(with_room_for_a_completion(chats, tokenizer, 8)) == 4  # TRL renders them with the chat template
+    assert usable_examples(chats, tokenizer, [8]) == {8: 4}
+    text = Dataset.from_list([{"prompt": "word " * n, "completion": "ok"} for n in (1, 50)])
+    assert len(with_room_for_a_completion(text, tokenizer, 8)) == 1 == usable_examples(text, tokenizer, [8])[8]

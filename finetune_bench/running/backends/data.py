@@ -165,8 +165,14 @@ def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int
 
 
 def _prompt_lengths(dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase") -> list[int]:
-    """The token count of each example's prompt (the dataset has a `prompt` column)."""
+    """The token count of each example's prompt (the dataset has a `prompt` column of text)."""
     return [len(ids) for ids in tokenizer(list(dataset["prompt"]))["input_ids"]]
+
+
+def _text_prompts(dataset: "datasets.Dataset") -> bool:
+    """Whether the dataset's prompts are text (a prompt/completion dataset of conversations holds lists of messages,
+    which TRL renders with the chat template itself: not counted here)."""
+    return "prompt" in dataset.column_names and all(isinstance(p, str) for p in dataset["prompt"])
 
 
 def usable_examples(
@@ -175,7 +181,7 @@ def usable_examples(
     """How many examples `tokenize_prompt_completion` keeps at each max_seq_length of `lengths`: those whose
     prompt leaves room for at least one completion token (a plain-text row always does). The prompts are
     tokenized once, whatever the number of lengths."""
-    if "prompt" not in dataset.column_names:
+    if not _text_prompts(dataset):
         return dict.fromkeys(lengths, len(dataset))
     prompt_lengths = _prompt_lengths(dataset, tokenizer)
     return {length: sum(n < length for n in prompt_lengths) for length in lengths}
@@ -186,7 +192,8 @@ def with_room_for_a_completion(
 ) -> "datasets.Dataset":
     """The examples `tokenize_prompt_completion` keeps, untokenized (for TRL, which tokenizes itself): those whose
     prompt leaves room for at least one completion token at `max_seq_length`. Truncated, the others have nothing to
-    learn from, and packed rows made of them alone would have no labelled token (a loss of 0/0)."""
-    if "prompt" not in dataset.column_names:
+    learn from, and packed rows made of them alone would have no labelled token (a loss of 0/0). A dataset of plain
+    text, or of conversations, as it is."""
+    if not _text_prompts(dataset):
         return dataset
     return dataset.select([i for i, n in enumerate(_prompt_lengths(dataset, tokenizer)) if n < max_seq_length])

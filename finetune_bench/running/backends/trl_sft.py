@@ -122,8 +122,8 @@ def _trainer(
     # together, would make rows with no labelled token)
     dataset = with_room_for_a_completion(dataset, loaded.tokenizer, args.max_seq_length)
     evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
-    if not args.packing:  # packed, several examples share a row: TRL counts the rows
-        require_one_batch(len(dataset), args.examples_per_step, args.max_seq_length)
+    # packed, several examples share a row (TRL counts the rows): one example is the least that trains
+    require_one_batch(len(dataset), 1 if args.packing else args.examples_per_step, args.max_seq_length)
     if args.packing:
         check_packing_isolates_examples(loaded.model)
     config = SFTConfig(
