@@ -8,18 +8,23 @@ import torch
 from finetune_bench.measuring.steps import StepRecorder
 
 
+def _walked_by_the_collector(obj: object) -> bool:
+    return any(o is obj for o in gc.get_objects())  # the frozen (permanent) generation is not among them
+
+
 def test_the_objects_alive_before_the_first_step_are_frozen_until_training_ends():
     gc.unfreeze()
-    before = object()  # noqa: F841  (alive when training begins)
+    before = []  # a container: tracked by the collector
+    assert _walked_by_the_collector(before)
     recorder = StepRecorder(device=torch.device("cpu"), warmup_steps=0)
     recorder.begin_training()
     try:
-        frozen = gc.get_freeze_count()
-        assert frozen > 10_000  # the interpreter's, torch's and the test's objects
-        during = [object() for _ in range(100)]
-        assert gc.get_freeze_count() == frozen  # what the steps create is collected as usual
-        del during
-        gc.collect()  # collections still run
+        assert gc.get_freeze_count() > 10_000  # the interpreter's, torch's and the test's objects
+        assert not _walked_by_the_collector(before)
+        cycle = []
+        cycle.append(cycle)  # garbage the steps make is still collected
+        del cycle
+        assert gc.collect() >= 1
     finally:
         recorder.end_training()
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and _walked_by_the_collector(before)
