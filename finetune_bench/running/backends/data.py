@@ -156,12 +156,12 @@ def require_one_batch(usable_examples: int, batch_size: int, max_seq_length: int
     No usable example at all usually means every prompt fills `max_seq_length`."""
     if usable_examples >= batch_size:
         return
-    hint = (
-        f": every example's prompt fills max_seq_length {max_seq_length}, leaving nothing to learn from"
-        if usable_examples == 0
-        else ""
-    )
-    raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}{hint}")
+    if usable_examples == 0:  # whatever the batch: one reason for every run it stops
+        raise NotOneBatch(
+            f"the dataset has 0 usable examples: every example's prompt fills max_seq_length {max_seq_length}, "
+            "leaving nothing to learn from"
+        )
+    raise NotOneBatch(f"the dataset has {usable_examples} usable examples, fewer than one batch of {batch_size}")
 
 
 def _prompt_lengths(dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase") -> list[int]:
