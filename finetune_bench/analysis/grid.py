@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from finetune_bench.analysis.batch_shapes import shape_dependence, skewed_runs
 from finetune_bench.analysis.parity import (
     held_out_parity,
     held_out_summary,
@@ -96,6 +97,10 @@ class GridAnalysis:
     # Why runs were not launched (refused, or skipped as a sure OOM), each reason once with its runs
     # (`inputs.plan.not_launched`); the others ran.
     not_launched: list[str] = field(default_factory=list)
+    # Each arm whose steady-state ratio and all-steps ratio disagree (its advantage depends on new batch shapes), a
+    # sentence each; and the runs whose steady-state and all-steps throughput disagree (`analysis.batch_shapes`).
+    shape_notes: list[str] = field(default_factory=list)
+    skewed_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyze_table(
@@ -150,6 +155,8 @@ def analyze_table(
         stack_budgets=best_stack_per_budget(stacks, summary, swept),
         stack_components=component_contributions(stacks, swept),
         timeline=condition_timeline(table, swept),
+        shape_notes=shape_dependence(paired, table, swept),
+        skewed_runs=skewed_runs(table, paired, swept),
     )
 
 

@@ -30,6 +30,7 @@ CONFIDENCE_LEVEL = 0.95
 # The results columns compared, each with the name of its figures (energy per token: where the GPU counted it).
 METRICS = {
     "tokens_per_second": "throughput",
+    "steady_tokens_per_second": "steady_throughput",
     "peak_reserved_gib": "peak_reserved",
     "energy_per_token_j": "energy_per_token",
 }

@@ -74,6 +74,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             eval_error=result.details.get("eval_error", ""),
             # why the run has no energy figures (a CPU, a GPU without NVML's energy counter, an NVML error)
             energy_unavailable=result.details.get(ENERGY_UNAVAILABLE, ""),
+            # the slowest measured steps against their expected time, with their batch shapes (`steady_state`)
+            slow_steps=result.details.get("outlier_steps", ""),
             # float16 mixed precision (empty otherwise): the loss scale after the last training step, the steps
             # the scaler skipped for inf/NaN gradients, and the dtypes of the weights that trained and the frozen ones
             loss_scale=_detail_number(result.details, "loss_scale"),

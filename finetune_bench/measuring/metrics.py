@@ -36,6 +36,8 @@ SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER)
 MEASURED_TIME = "measured_time_s"
 # The non-padding tokens every per-token figure is over.
 MEASURED_TOKENS = "measured_tokens"
+# The measured steps' time at the run's steady rate (`measuring.steady_state`): the steady-state throughput's time.
+STEADY_TIME = "steady_time_s"
 # The key of a run's details (`RunResult.details`) saying why it has no energy figures.
 ENERGY_UNAVAILABLE = "energy_unavailable"
 JOULES_PER_KWH = 3.6e6
@@ -60,9 +62,10 @@ class Metric:
     column: str | None = ""
     scale: float = 1.0
     scope: str = ANY_DEVICE
-    # A rate: the total it is the rate of, per `MEASURED_TIME` and per `per` of its unit.
+    # A rate: the total it is the rate of, per `over` (a time: `MEASURED_TIME` unless said) and per `per` of its unit.
     rate_of: str = ""
     per: float = 1.0
+    over: str = MEASURED_TIME
     # A `TOTAL` or `PER_TOKEN` figure: the total it is made of (per `per` of its unit, or per `MEASURED_TOKENS`).
     total_of: str = ""
     # A phase of the run's timeline (`IN_WALL` or `LAUNCHER`; "": not a phase), in seconds.
@@ -159,6 +162,47 @@ _TABLE = (
         rate_of="measured_padded_tokens",
     ),
     Metric("padding_fraction", "fraction", DERIVED, "share of the measured tokens that are padding"),
+    Metric(
+        STEADY_TIME,
+        "s",
+        RANK_ONLY,
+        "the measured steps' expected times summed: each step's time at the rate of the steps that met no new batch "
+        "shape (`measuring.steady_state`)",
+        None,
+    ),
+    Metric(
+        "steady_tokens_per_second",
+        "tokens/s",
+        SUM,
+        "non-padding tokens per second at the steady state: the measured steps' tokens over their expected times "
+        "(from the steps that met no new batch shape), which no single slow step moves",
+        rate_of="measured_tokens",
+        over=STEADY_TIME,
+    ),
+    Metric(
+        "timing_skew",
+        "fraction",
+        DERIVED,
+        "steady-state over all-steps throughput, less 1: how much new batch shapes and slow steps lowered the "
+        "all-steps figure",
+    ),
+    Metric("steady_steps", "steps", RANK0, "measured steps whose batch shapes every rank had already met"),
+    Metric("new_shape_steps", "steps", RANK0, "measured steps in which some rank met a batch shape for the first time"),
+    Metric(
+        "new_shape_cost_s",
+        "s",
+        RANK0,
+        "what the measured steps that met a new batch shape took beyond their expected time",
+    ),
+    Metric("distinct_batch_shapes", "shapes", MAX, "batch shapes the run fed, warm-up included (the largest rank's)"),
+    Metric(
+        "outlier_steps",
+        "steps",
+        RANK0,
+        "measured steps slower than 1.5 × their expected time (`steady_state.OUTLIER_FACTOR`), described in "
+        "the run's details",
+    ),
+    Metric("slowest_step_ratio", "×", RANK0, "the slowest measured step's time over its expected time"),
     Metric("step_time_median_s", "s", RANK0, "median measured step time"),
     Metric("step_time_min_s", "s", RANK0, "shortest measured step"),
     Metric("step_time_max_s", "s", RANK0, "longest measured step"),
@@ -271,18 +315,26 @@ TIMELINE: tuple[Metric, ...] = tuple(
         "exit_s",
     )
 )
-# What each rank files for the rank merge: the measured time and the totals of the rates and of the other figures.
+# The times a rate is over; a run on several GPUs takes each as its slowest rank's.
+TIME_BASES = tuple(dict.fromkeys(metric.over for metric in _TABLE))
+# What each rank files for the rank merge: the times and the totals of the rates and of the other figures.
 TOTALS = tuple(
     dict.fromkeys(
-        (MEASURED_TIME, *(metric.rate_of or metric.total_of for metric in _TABLE if metric.rate_of or metric.total_of))
+        (*TIME_BASES, *(metric.rate_of or metric.total_of for metric in _TABLE if metric.rate_of or metric.total_of))
     )
 )
 
 
 def throughput(totals: dict[str, float], time_s: float) -> dict[str, float]:
-    """The rates over `time_s` of the totals present, the `TOTAL` and `PER_TOKEN` figures of the totals present
-    (per token: over `MEASURED_TOKENS`, when there is one), and the padding fraction when both token counts are."""
-    out = {m.name: totals[m.rate_of] / time_s / m.per for m in _TABLE if m.rate_of and m.rate_of in totals}
+    """The rates over `time_s` (or over their own time base among the totals: `Metric.over`) of the totals present,
+    the `TOTAL` and `PER_TOKEN` figures of the totals present (per token: over `MEASURED_TOKENS`, when there is one),
+    the padding fraction when both token counts are, and the timing skew when both throughputs are."""
+    times = {**totals, MEASURED_TIME: time_s}
+    out = {
+        m.name: totals[m.rate_of] / times[m.over] / m.per
+        for m in _TABLE
+        if m.rate_of and m.rate_of in totals and times.get(m.over)
+    }
     for m in _TABLE:
         if m.ranks == TOTAL and m.total_of in totals:
             out[m.name] = totals[m.total_of] / m.per
@@ -291,4 +343,6 @@ def throughput(totals: dict[str, float], time_s: float) -> dict[str, float]:
     if "measured_tokens" in totals and "measured_padded_tokens" in totals:
         padded = totals["measured_padded_tokens"]
         out["padding_fraction"] = 1 - totals["measured_tokens"] / padded if padded else 0.0
+    if out.get("tokens_per_second") and "steady_tokens_per_second" in out:
+        out["timing_skew"] = out["steady_tokens_per_second"] / out["tokens_per_second"] - 1
     return out

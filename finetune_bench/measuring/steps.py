@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
-from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, throughput
+from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
+from finetune_bench.measuring.steady_state import TimedStep, steady_state
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,10 @@ class StepRecord:
     step_time_s: float
     non_padding_tokens: int
     padded_tokens: int
+    # The shapes of the step's micro-batches ("8x512"; several joined by "+"), and whether the step fed one the run
+    # had not fed before (on several GPUs: whether any rank did). See `measuring.steady_state`.
+    batch_shape: str = ""
+    new_shape: bool = False
     model_flops: float | None = None
     loss: float | None = None
     # The held-out loss evaluated after this step (None: not evaluated after it).
@@ -97,6 +102,11 @@ class StepRecorder:
     _last_end: float | None = None
     _tokens: int = 0
     _padded: int = 0
+    # The micro-batch shapes of the step under way, and every shape the run has fed so far.
+    _step_shapes: list[str] = field(default_factory=list)
+    _shapes_seen: set[str] = field(default_factory=set)
+    # The slowest measured steps as `steady_state` describes them (set by `summary`).
+    outlier_descriptions: list[str] = field(default_factory=list)
     _nvml: NvmlPeakSampler | None = None
     _nvml_summary: dict[str, float] = field(default_factory=dict)
     # Model FLOPs of a token in a sequence of length S: _flops_fixed + _flops_per_seq_len * S.
@@ -223,6 +233,7 @@ class StepRecorder:
     def add_batch(self, attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> None:
         """Count one micro-batch's tokens: non-padding (attention mask) and padded (tensor size)."""
         self._padded += input_ids.numel()
+        self._step_shapes.append("x".join(str(n) for n in input_ids.shape))
         # Called before the micro-batch's forward is queued: the device is idle, so the sync is free.
         tokens = int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
         self._tokens += tokens
@@ -246,6 +257,7 @@ class StepRecorder:
         gc_time = self._gc.total_s - self._gc_at_last_end
         self._gc_at_last_end = self._gc.total_s
         energy = self._step_energy()
+        new_shape = self._met_new_shape()
         index = len(self.steps)
         self.steps.append(
             StepRecord(
@@ -253,6 +265,8 @@ class StepRecorder:
                 step_time_s=now - self._last_end,
                 non_padding_tokens=self._tokens,
                 padded_tokens=self._padded,
+                batch_shape="+".join(self._step_shapes),
+                new_shape=new_shape,
                 peak_allocated_bytes=peak_alloc,
                 peak_reserved_bytes=peak_reserved,
                 is_warmup=index < self.warmup_steps or self._recovering,
@@ -264,13 +278,32 @@ class StepRecorder:
             )
         )
         self._tokens = self._padded = 0
+        self._step_shapes = []
         self._flops = 0.0
         self._recovering = False
         if self.steps_file is not None:
             self.write_steps(self.steps_file)
-            # The next step's energy and clock start after the bookkeeping: writing the table is not training.
+        if self.steps_file is not None or self._distributed:
+            # The next step's energy and clock start after the bookkeeping: writing the table and the ranks' word on
+            # new shapes are not training.
             self._energy_at_last_end = self._read_energy()
-        self._last_end = time.perf_counter() if self.steps_file is not None else now
+        self._last_end = time.perf_counter() if self.steps_file is not None or self._distributed else now
+
+    @property
+    def _distributed(self) -> bool:
+        return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+    def _met_new_shape(self) -> bool:
+        """Whether the step just ended fed a micro-batch shape the run had not fed before; on several GPUs whether
+        any rank did (one collective after the step's end, outside its time: a new shape on one rank slows every
+        rank's step, since they wait for it)."""
+        new = any(shape not in self._shapes_seen for shape in self._step_shapes)
+        self._shapes_seen.update(self._step_shapes)
+        if self._distributed:
+            flag = torch.tensor([int(new)], device=self.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            new = bool(flag.item())
+        return new
 
     @contextmanager
     def outside_steps(self) -> Iterator[None]:
@@ -363,7 +396,16 @@ class StepRecorder:
             if self._flops_fixed is not None:
                 totals["measured_model_flops"] = sum(s.model_flops for s in measured)
                 out["model_flops_per_token"] = totals["measured_model_flops"] / totals["measured_tokens"]
+            steady, self.outlier_descriptions = steady_state(
+                [
+                    TimedStep(s.step, s.step_time_s, s.non_padding_tokens, s.padded_tokens, s.batch_shape, s.new_shape)
+                    for s in measured
+                ]
+            )
+            if STEADY_TIME in steady:
+                totals[STEADY_TIME] = steady.pop(STEADY_TIME)
             times = [s.step_time_s for s in measured]
+            out.update(steady)
             out.update(
                 totals,
                 timed_steps_s=totals[MEASURED_TIME],
@@ -373,6 +415,8 @@ class StepRecorder:
                 step_time_max_s=max(times),
                 tokens_per_second_median_step=statistics.median(s.non_padding_tokens / s.step_time_s for s in measured),
             )
+        if self.steps:
+            out["distinct_batch_shapes"] = float(len(self._shapes_seen))
         if self.steps and self._cuda:
             out["peak_allocated_bytes"] = float(max(s.peak_allocated_bytes for s in self.steps))
             out["peak_reserved_bytes"] = float(max(s.peak_reserved_bytes for s in self.steps))

@@ -242,6 +242,11 @@ def _step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | Non
     if warmup.any():
         ax.scatter(data.loc[warmup, "step_time_s"], data.loc[warmup, "condition"].map(order.index), marker="x",
                    color="#C00000", label="warm-up step", zorder=3)  # fmt: skip
+    if "new_shape" in data:
+        new = ~warmup & data["new_shape"].astype(str).str.lower().isin(["true", "1"])
+        if new.any():
+            ax.scatter(data.loc[new, "step_time_s"], data.loc[new, "condition"].map(order.index), marker="^",
+                       facecolors="none", edgecolors="#333333", label="new batch shape", zorder=4)  # fmt: skip
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -267,6 +272,7 @@ def _how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     out = paired[["arm", *others, "pairs"]].copy()
     compared = (
         ("throughput", "throughput"),
+        ("steady_throughput", "steady-state throughput"),
         ("peak_reserved", "peak reserved memory"),
         ("energy_per_token", "energy per token"),
     )
@@ -521,6 +527,12 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
+    overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)
+    if not a.skewed_runs.empty:
+        overview.append(
+            f'<div class="warning"><b>Slow steps.</b> {len(a.skewed_runs)} run(s) whose throughput over all timed '
+            "steps differs from their steady state by more than the noise floor: see Step times.</div>"
+        )
     if not a.paired.empty:
         overview.append(
             f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
@@ -620,7 +632,24 @@ def _loss_curves_tab(a: GridAnalysis) -> str:
 
 def _step_times_tab(a: GridAnalysis) -> str:
     times = _step_time_figure(a.steps, a.swept)
-    return figure_html(times, "step time distribution") if times is not None else "<p>No run recorded a step.</p>"
+    if times is None:
+        return "<p>No run recorded a step.</p>"
+    parts = [
+        figure_html(times, "step time distribution"),
+        "<p>A timed step that fed a batch shape its run had not fed before (on several GPUs: any rank) can be slow "
+        "once: kernels and libraries specialise for the shape. The <b>steady-state throughput</b> counts every timed "
+        "step's tokens at the time the steps that met no new shape take for their size (a robust line of step time "
+        "against padded tokens), so no single slow step moves it; the <b>new-shape cost</b> is what the new-shape "
+        "steps took beyond that (columns <code>steady_tokens_per_second</code>, <code>new_shape_steps</code>, "
+        "<code>new_shape_cost_s</code>, <code>outlier_steps</code> in the Runs table).</p>",
+    ]
+    if not a.skewed_runs.empty:
+        parts.append(
+            "<h3>Runs moved by slow steps</h3><p>Runs whose throughput over all timed steps differs from their steady "
+            "state by more than the A/A noise floor (3 % without an A/A arm); <code>timing_skew</code> is steady over "
+            "all-steps throughput, less 1.</p>" + table_html(a.skewed_runs)
+        )
+    return "\n".join(parts)
 
 
 def _profile_tab(a: GridAnalysis) -> str | None:

@@ -37,6 +37,7 @@ from finetune_bench.measuring.metrics import (
     MEASURED_TIME,
     METRICS,
     RANK0,
+    TIME_BASES,
     TOTALS,
     throughput,
 )
@@ -386,8 +387,13 @@ def combined_metrics(reports: list[RankReport], gpu_name: str) -> dict[str, floa
     out: dict[str, float] = {"world_size": float(len(reports))}
     totals = [report.totals for report in reports]
     if all(MEASURED_TIME in t for t in totals):
-        summed = {name: sum(t[name] for t in totals) for name in TOTALS if all(name in t for t in totals)}
-        out.update(throughput(summed, max(t[MEASURED_TIME] for t in totals)))  # over the slowest rank's time
+        # the tokens, FLOPs and energy summed; each time base the slowest rank's
+        summed = {
+            name: (max if name in TIME_BASES else sum)(t[name] for t in totals)
+            for name in TOTALS
+            if all(name in t for t in totals)
+        }
+        out.update(throughput(summed, summed[MEASURED_TIME]))
         if "tokens_per_second" in out:
             out["tokens_per_second_per_gpu"] = out["tokens_per_second"] / len(reports)
         if "achieved_tflops" in out:

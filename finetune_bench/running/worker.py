@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome.details[ENERGY_UNAVAILABLE] = recorder.energy_unavailable
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     outcome.details["model_flops_formula"] = recorder.flops_formula
+    if recorder.outlier_descriptions:  # the slowest measured steps against their expected time, and their shapes
+        outcome.details["outlier_steps"] = "; ".join(recorder.outlier_descriptions)
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended
     outcome.metrics["teardown_s"] = time.perf_counter() - teardown_from
     outcome.written_at = time.monotonic()

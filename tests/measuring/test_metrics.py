@@ -22,7 +22,8 @@ def test_what_the_rank_merge_reads_is_in_the_table():
         if metric.ranks == MAX and metric.unit == "bytes":  # a memory peak, with its spread over the ranks
             assert METRICS[f"{metric.name}_spread"].ranks == DERIVED
     assert set(TOTALS) == {
-        "measured_time_s", "measured_tokens", "measured_padded_tokens", "measured_model_flops", "measured_energy_j",
+        "measured_time_s", "steady_time_s", "measured_tokens", "measured_padded_tokens", "measured_model_flops",
+        "measured_energy_j",
     }  # fmt: skip
 
 
@@ -44,7 +45,7 @@ def test_throughput_is_the_totals_over_the_time():
 
 def test_the_per_step_columns_keep_their_order_in_steps_csv():
     assert STEP_COLUMNS == (
-        "step", "step_time_s", "non_padding_tokens", "padded_tokens", "model_flops", "loss", "eval_loss",
-        "peak_allocated_bytes", "peak_reserved_bytes", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries", "energy_j",
-        "is_warmup",
+        "step", "step_time_s", "non_padding_tokens", "padded_tokens", "batch_shape", "new_shape", "model_flops", "loss",
+        "eval_loss", "peak_allocated_bytes", "peak_reserved_bytes", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries",
+        "energy_j", "is_warmup",
     )  # fmt: skip

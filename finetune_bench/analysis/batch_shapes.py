@@ -1,0 +1,85 @@
+"""Where the all-steps throughput and the steady state disagree: an arm whose advantage depends on new batch shapes,
+and the runs whose mean was moved by a few slow steps (`measuring.steady_state` measures both figures per run).
+
+An arm's advantage *depends on shapes* when its steady-state ratio against the baseline and its all-steps ratio
+differ by more than the A/A noise floor at that point (`SHAPE_MARGIN` where the grid has no A/A arm). A run is
+*skewed* when its steady-state throughput and its all-steps throughput differ by more than the same margin.
+"""
+
+import pandas as pd
+
+from finetune_bench.inputs.arms import BASELINE_REPEAT
+from finetune_bench.results.record import OK
+
+# Where the grid has no A/A arm: a disagreement of more than this fraction is worth a word.
+SHAPE_MARGIN = 0.03
+# How a user makes batch shapes repeat, said wherever an arm's figure depends on them.
+REMEDY = (
+    "`pad_to_multiple_of: 64` makes padded batches repeat a few lengths; `packing: true` fills every row to "
+    "max_seq_length (one shape)"
+)
+
+
+def _margin(row: dict) -> float:
+    floor = row.get("throughput_noise_floor")
+    return max(float(floor), SHAPE_MARGIN) if floor is not None and pd.notna(floor) else SHAPE_MARGIN
+
+
+def _at(row: dict, others: list[str]) -> str:
+    return ", ".join(f"{axis} {row[axis]}" for axis in others)
+
+
+def shape_dependence(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) -> list[str]:
+    """One sentence per arm and point of the other axes whose steady-state ratio and all-steps ratio differ by more
+    than the margin: both ratios, the new shapes each side's runs met and what they cost, and the remedy."""
+    if paired.empty or "steady_throughput_ratio" not in paired:
+        return []
+    others = [axis for axis in swept if axis != "arm"]
+    lines = []
+    for row in paired.to_dict("records"):
+        steady, overall = row.get("steady_throughput_ratio"), row.get("throughput_ratio")
+        if row["arm"] == BASELINE_REPEAT or pd.isna(steady) or pd.isna(overall) or overall <= 0:
+            continue
+        if abs(steady / overall - 1) <= _margin(row):
+            continue
+        where = _at(row, others)
+        costs = []
+        for arm in (row["arm"], "baseline"):
+            runs = table[(table["arm"] == arm) & (table["status"] == OK)]
+            for axis in others:
+                runs = runs[runs[axis] == row[axis]]
+            if not runs.empty and "new_shape_steps" in runs:
+                costs.append(
+                    f"{arm} {runs['new_shape_steps'].median():g} new-shape step(s) a run, "
+                    f"{runs['new_shape_cost_s'].median():.2g} s beyond their expected time"
+                )
+        lines.append(
+            f"{row['arm']}'s advantage depends on batch shapes{' at ' + where if where else ''}: "
+            f"×{steady:.2f} at the steady state, ×{overall:.2f} over all timed steps"
+            + (f" ({'; '.join(costs)})" if costs else "")
+            + f". A long run on padded data pays each new length once; {REMEDY}."
+        )
+    return lines
+
+
+def skewed_runs(table: pd.DataFrame, paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """The ok runs whose steady-state and all-steps throughput differ by more than the margin at their point:
+    how much, their new-shape steps and cost, their outlier steps and the slowest ones described."""
+    columns = ["condition_id", "run_number", *swept, "timing_skew", "new_shape_steps", "new_shape_cost_s",
+               "outlier_steps", "slow_steps"]  # fmt: skip
+    if table.empty or "timing_skew" not in table or table["timing_skew"].isna().all():
+        return pd.DataFrame(columns=columns)
+    others = [axis for axis in swept if axis != "arm"]
+    runs = table[(table["status"] == OK) & table["timing_skew"].notna()].copy()
+    runs["_margin"] = SHAPE_MARGIN
+    if not paired.empty and "throughput_noise_floor" in paired:
+        floors = paired[paired["arm"] == BASELINE_REPEAT][[*others, "throughput_noise_floor"]]
+        if not floors.empty:
+            runs = (
+                runs.merge(floors, on=others, how="left")
+                if others
+                else runs.assign(throughput_noise_floor=floors["throughput_noise_floor"].iloc[0])
+            )
+            runs["_margin"] = runs["throughput_noise_floor"].fillna(SHAPE_MARGIN).clip(lower=SHAPE_MARGIN)
+    skewed = runs[runs["timing_skew"].abs() > runs["_margin"]]
+    return skewed[[c for c in columns if c in skewed]].reset_index(drop=True)
