@@ -155,7 +155,7 @@ def _rank(rank: int, port: int, queue) -> None:
         recorder = StepRecorder(torch.device("cpu"), warmup_steps=0)
         recorder.begin_training()
         # rank 0 feeds one length throughout; rank 1 meets a new one at step 3
-        for length in ([8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16]):
+        for length in [8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16]:
             recorder.add_batch(None, torch.zeros(1, length, dtype=torch.long))
             recorder.end_step()
         recorder.end_training()
@@ -200,15 +200,30 @@ def _table(liger_steady: float, liger_all: float) -> tuple[pd.DataFrame, pd.Data
         for run in range(3):
             rows.append(
                 dict(
-                    condition_id=f"{arm}-b8", run_number=run, arm=arm, per_device_train_batch_size=8, status="ok",
-                    tokens_per_second=overall, steady_tokens_per_second=steady, timing_skew=steady / overall - 1,
-                    new_shape_steps=4.0, new_shape_cost_s=1.2, outlier_steps=1.0, slow_steps="step 3",
+                    condition_id=f"{arm}-b8",
+                    run_number=run,
+                    arm=arm,
+                    per_device_train_batch_size=8,
+                    status="ok",
+                    tokens_per_second=overall,
+                    steady_tokens_per_second=steady,
+                    timing_skew=steady / overall - 1,
+                    new_shape_steps=4.0,
+                    new_shape_cost_s=1.2,
+                    outlier_steps=1.0,
+                    slow_steps="step 3",
                 )  # fmt: skip
             )
     table = pd.DataFrame(rows)
     paired = pd.DataFrame(
-        [dict(arm="liger", per_device_train_batch_size=8, throughput_ratio=liger_all / 1000,
-              steady_throughput_ratio=liger_steady / 1000)]  # fmt: skip
+        [
+            dict(
+                arm="liger",
+                per_device_train_batch_size=8,
+                throughput_ratio=liger_all / 1000,
+                steady_throughput_ratio=liger_steady / 1000,
+            )
+        ]  # fmt: skip
     )
     return table, paired
 
