@@ -100,8 +100,7 @@ def main() -> None:
     compiles.install()
 
     rows, seen = [], set()
-    new_stats, old_stats = pstats.Stats(cProfile.Profile()), pstats.Stats(cProfile.Profile())
-    n_new = n_old = 0
+    profiles: dict[bool, list[cProfile.Profile]] = {True: [], False: []}
     for index, length in enumerate(order):
         # a padded batch: each row's real length between 60 % of the batch length and all of it, the longest full
         ids = torch.randint(3, 8192, (opts.batch, length), device=device)
@@ -137,21 +136,21 @@ def main() -> None:
             }
         )
         if index >= opts.warmup:
-            if new:
-                new_stats.add(profile)
-                n_new += 1
-            else:
-                old_stats.add(profile)
-                n_old += 1
+            profiles[new].append(profile)
 
-    def per_step(stats: pstats.Stats, n: int) -> dict[str, float]:
-        out = {}
-        for (filename, line, name), (_, _, _, cumulative, _) in stats.stats.items():
-            key = f"{filename.rsplit('site-packages/', 1)[-1]}:{line}({name})"
-            out[key] = cumulative / max(n, 1)
-        return out
+    def per_step(kept: list[cProfile.Profile]) -> dict[str, float]:
+        """Each host function's cumulative seconds per step, over the steps profiled in `kept`."""
+        if not kept:
+            return {}
+        stats = pstats.Stats(kept[0])
+        for profile in kept[1:]:
+            stats.add(profile)
+        return {
+            f"{filename.rsplit('site-packages/', 1)[-1]}:{line}({name})": cumulative / len(kept)
+            for (filename, line, name), (_, _, _, cumulative, _) in stats.stats.items()
+        }
 
-    new_cum, old_cum = per_step(new_stats, n_new), per_step(old_stats, n_old)
+    new_cum, old_cum = per_step(profiles[True]), per_step(profiles[False])
     differences = sorted(
         ((new_cum.get(k, 0.0) - old_cum.get(k, 0.0), k) for k in set(new_cum) | set(old_cum)), reverse=True
     )
