@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from finetune_bench.analysis.batch_shapes import shape_dependence, skewed_runs
+from finetune_bench.analysis.memory_phases import hidden_savings, phase_peaks
 from finetune_bench.analysis.parity import (
     held_out_parity,
     held_out_summary,
@@ -101,6 +102,10 @@ class GridAnalysis:
     # sentence each; and the runs whose steady-state and all-steps throughput disagree (`analysis.batch_shapes`).
     shape_notes: list[str] = field(default_factory=list)
     skewed_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per condition, each memory phase's peak allocated memory and the phase that sets the peak; and the arms whose
+    # saving in one phase the phase that sets the peak hides, a sentence each (`analysis.memory_phases`).
+    phase_peaks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hidden_savings: list[str] = field(default_factory=list)
 
 
 def analyze_table(
@@ -128,6 +133,7 @@ def analyze_table(
     held_out = held_out_parity(table, swept)
     paired = paired_comparison(table, swept, alpha)
     stacks = stacks_table(paired, table, swept)
+    peaks = phase_peaks(table, swept)
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -157,6 +163,8 @@ def analyze_table(
         timeline=condition_timeline(table, swept),
         shape_notes=shape_dependence(paired, table, swept),
         skewed_runs=skewed_runs(table, paired, swept),
+        phase_peaks=peaks,
+        hidden_savings=hidden_savings(peaks, swept),
     )
 
 

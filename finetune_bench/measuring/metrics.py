@@ -30,12 +30,23 @@ SEVERAL_GPUS = "several GPUs"  # made by the rank merge only
 # A GPU whose driver keeps NVML's total-energy counter (Volta and later); where it is unknown, the run's details
 # say why (`ENERGY_UNAVAILABLE`).
 ENERGY_COUNTER = "a GPU with NVML's energy counter"
-SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER)
+# A run whose timed steps include enough that met no new batch shape (`steady_state.MIN_STEADY_STEPS`).
+STEADY_STATE = "a run with a steady state (3 timed steps or more that met no new batch shape)"
+SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER, STEADY_STATE)
 
 # The measured time every rate is over (a run on several GPUs: the slowest rank's).
 MEASURED_TIME = "measured_time_s"
 # The non-padding tokens every per-token figure is over.
 MEASURED_TOKENS = "measured_tokens"
+# The phases of a run whose GPU memory peaks are kept apart (`measuring.steps.StepRecorder.memory_phase`), in the
+# order a step goes through them, each with what it covers.
+MEMORY_PHASES = {
+    "forward": "forward pass (with the loss where the model computes it in its forward: its own, Liger's fused)",
+    "loss": "loss computed apart from the forward (from the logits, or from the last hidden states)",
+    "backward": "backward pass",
+    "optimizer": "optimizer step (the step, the learning rate's, zeroing the gradients; the plain loop's clipping)",
+    "evaluation": "held-out evaluations",
+}
 # The measured steps' time at the run's steady rate (`measuring.steady_state`): the steady-state throughput's time.
 STEADY_TIME = "steady_time_s"
 # The key of a run's details (`RunResult.details`) saying why it has no energy figures.
@@ -169,6 +180,7 @@ _TABLE = (
         "the measured steps' expected times summed: each step's time at the rate of the steps that met no new batch "
         "shape (`measuring.steady_state`)",
         None,
+        scope=STEADY_STATE,
     ),
     Metric(
         "steady_tokens_per_second",
@@ -178,6 +190,7 @@ _TABLE = (
         "(from the steps that met no new batch shape), which no single slow step moves",
         rate_of="measured_tokens",
         over=STEADY_TIME,
+        scope=STEADY_STATE,
     ),
     Metric(
         "timing_skew",
@@ -185,6 +198,7 @@ _TABLE = (
         DERIVED,
         "steady-state over all-steps throughput, less 1: how much new batch shapes and slow steps lowered the "
         "all-steps figure",
+        scope=STEADY_STATE,
     ),
     Metric("steady_steps", "steps", RANK0, "measured steps whose batch shapes every rank had already met"),
     Metric("new_shape_steps", "steps", RANK0, "measured steps in which some rank met a batch shape for the first time"),
@@ -193,6 +207,7 @@ _TABLE = (
         "s",
         RANK0,
         "what the measured steps that met a new batch shape took beyond their expected time",
+        scope=STEADY_STATE,
     ),
     Metric("distinct_batch_shapes", "shapes", MAX, "batch shapes the run fed, warm-up included (the largest rank's)"),
     Metric(
@@ -201,8 +216,15 @@ _TABLE = (
         RANK0,
         "measured steps slower than 1.5 × their expected time (`steady_state.OUTLIER_FACTOR`), described in "
         "the run's details",
+        scope=STEADY_STATE,
     ),
-    Metric("slowest_step_ratio", "×", RANK0, "the slowest measured step's time over its expected time"),
+    Metric(
+        "slowest_step_ratio",
+        "×",
+        RANK0,
+        "the slowest measured step's time over its expected time",
+        scope=STEADY_STATE,
+    ),
     Metric("step_time_median_s", "s", RANK0, "median measured step time"),
     Metric("step_time_min_s", "s", RANK0, "shortest measured step"),
     Metric("step_time_max_s", "s", RANK0, "longest measured step"),
@@ -230,6 +252,16 @@ _TABLE = (
     ),
     _bytes("peak_allocated_bytes", MAX, "peak memory held by tensors (the allocator)", "peak_allocated_gib"),
     _bytes("peak_reserved_bytes", MAX, "peak memory reserved by the caching allocator", "peak_reserved_gib"),
+    *(
+        _bytes(
+            f"peak_{kind}_{phase}_bytes",
+            MAX,
+            f"peak memory {what} during the {described} (the largest rank's)",
+            f"peak_{kind}_{phase}_gib",
+        )
+        for phase, described in MEMORY_PHASES.items()
+        for kind, what in (("allocated", "held by tensors"), ("reserved", "reserved by the caching allocator"))
+    ),
     _bytes(
         "peak_allocated_bytes_spread",
         DERIVED,

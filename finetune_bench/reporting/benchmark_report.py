@@ -528,6 +528,9 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
     overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)
+    overview.extend(
+        f'<p class="verdict">{html.escape(line)} (Memory: which phase sets the peak)</p>' for line in a.hidden_savings
+    )
     if not a.skewed_runs.empty:
         overview.append(
             f'<div class="warning"><b>Slow steps.</b> {len(a.skewed_runs)} run(s) whose throughput over all timed '
@@ -596,7 +599,21 @@ def _memory_tab(a: GridAnalysis) -> str:
         parts.append(figure_html(fig, "peak memory by batch size"))
         note = "No GPU: the process's peak resident memory on the host."
     intro = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
-    return intro + "\n".join(parts) + _prediction_html(a)
+    return intro + "\n".join(parts) + _phase_peaks_html(a) + _prediction_html(a)
+
+
+def _phase_peaks_html(a: GridAnalysis) -> str:
+    """Which phase sets each condition's peak allocated memory ("" where no run recorded the phases: a CPU)."""
+    if a.phase_peaks.empty:
+        return ""
+    return (
+        "<h3>Which phase sets the peak</h3><p>Per condition, the peak memory held by tensors during each phase of a "
+        "step (median over ok runs, GiB; on several GPUs the largest rank's): the forward pass (with the loss where "
+        "the model computes it in its forward, as its own loss and Liger's fused one do), the loss where it is "
+        "computed apart, the backward pass, the optimizer step, and the held-out evaluations. The phase that sets the "
+        "peak is the one an arm must make leaner to lower it: a saving in another phase does not show in the peak."
+        "</p>" + "".join(f"<p><b>{html.escape(line)}</b></p>" for line in a.hidden_savings) + table_html(a.phase_peaks)
+    )
 
 
 def _speedup_tab(a: GridAnalysis) -> str:

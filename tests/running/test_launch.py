@@ -10,7 +10,7 @@ import pytest
 from finetune_bench.analysis.tables import results_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.metrics import ANY_DEVICE, METRICS
+from finetune_bench.measuring.metrics import ANY_DEVICE, METRICS, STEADY_STATE
 from finetune_bench.measuring.steps import STEP_COLUMNS
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAULT_ENV
@@ -66,24 +66,26 @@ def test_a_hang_ends_as_timeout(monkeypatch, tmp_path):
 
 
 def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_path):
-    run = planned(max_steps=3, criterion="trl", eval_examples=4)
+    run = planned(max_steps=5, criterion="trl", eval_examples=4)
     result = run_in_child(run, tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
     assert result.status == "ok", result.error_tail
     # every metric of the table that any device measures, in the record and in its results column
     assert set(result.metrics) <= set(METRICS)
     row = results_table([run], [result]).iloc[0]
     # (a profile's time needs a profile, the results store's time the store: `run_or_reuse`, test_timeline.py)
-    for metric in (m for m in METRICS.values() if m.scope == ANY_DEVICE and m.name not in ("profile_s", "store_s")):
+    # every step feeds one shape: the run has a steady state
+    measured_here = (ANY_DEVICE, STEADY_STATE)
+    for metric in (m for m in METRICS.values() if m.scope in measured_here and m.name not in ("profile_s", "store_s")):
         assert metric.name in result.metrics, metric.name
         if metric.column is not None:
             assert row[metric.column] == pytest.approx(result.metrics[metric.name] / metric.scale), metric.column
     steps = pd.read_csv(result.steps_file)
     assert tuple(steps.columns) == STEP_COLUMNS
-    assert list(steps["step"]) == [1, 2, 3]
-    assert list(steps["is_warmup"]) == [True, False, False]
+    assert list(steps["step"]) == [1, 2, 3, 4, 5]
+    assert list(steps["is_warmup"]) == [True, False, False, False, False]
     assert (steps["padded_tokens"] == 32).all()  # batch 1 × max_seq_length 32
     assert steps["loss"].notna().all()
-    assert result.metrics["steps_measured"] == 2
+    assert result.metrics["steps_measured"] == 4
     assert result.metrics["tokens_per_second"] > 0
     assert result.details["device"] == "cpu" and result.details["dtype"] == "float32"
     assert result.loss_path == "trl_chunked_lm_head"

@@ -14,19 +14,17 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.metrics import (
     DERIVED,
     MAX,
-    MEASURED_TIME,
     MEASURED_TOKENS,
     METRICS,
     PER_TOKEN,
     RANK0,
     RANK_ONLY,
     SUM,
-    TIMELINE,
     TOTAL,
     TOTALS,
 )
 from finetune_bench.results.record import RankSummary, RunResult
-from finetune_bench.running.ranks import RankReport, combined_metrics, merge_ranks, rank_figure
+from finetune_bench.running.ranks import _MAXIMA, RankReport, combined_metrics, merge_ranks, rank_figure
 
 
 def _report(rank: int, status: str = "ok", reason: str = "", **totals: float) -> RankReport:
@@ -92,22 +90,23 @@ def test_the_rank_merge_follows_the_metrics_table_for_each_kind():
         peaks = {name: 10.0 * (rank + 1) + i for i, name in enumerate(("peak_allocated_bytes", "peak_reserved_bytes"))}
         summary = RankSummary(rank, 0, rank, "h", "ok", **peaks, nvml_peak_bytes=50.0 * (rank + 1))
         totals = {name: 100.0 * (rank + 1) + i for i, name in enumerate(TOTALS)}
-        # the timeline's phases: the largest rank's stands (each rank's phase is the run's when it is the slowest)
-        phases = {metric.name: 5.0 + 3 * ((rank + i) % 3) for i, metric in enumerate(TIMELINE) if metric.ranks == MAX}
-        reports.append(RankReport(summary, totals, maxima=phases))
+        # the other largest-rank figures (the timeline's phases, the memory phases' peaks, the batch shapes): the
+        # largest rank's stands, whichever rank has it
+        maxima = {name: 5.0 + 3 * ((rank + i) % 3) for i, name in enumerate(_MAXIMA)}
+        reports.append(RankReport(summary, totals, maxima=maxima))
     merged = merge_ranks(rank0, reports, failed=None).metrics
-    slowest_s = max(report.totals[MEASURED_TIME] for report in reports)
     for metric in METRICS.values():
         if metric.ranks == RANK0:
             assert merged[metric.name] == rank0.metrics[metric.name], metric.name
-        elif metric.ranks == SUM:
+        elif metric.ranks == SUM:  # over the slowest rank's time (its measured time, or its steady time)
             summed = sum(report.totals[metric.rate_of] for report in reports)
+            slowest_s = max(report.totals[metric.over] for report in reports)
             assert merged[metric.name] == pytest.approx(summed / slowest_s / metric.per), metric.name
         elif metric.ranks == MAX:
             figures = [rank_figure(report, metric.name) for report in reports]
             assert None not in figures, metric.name
             assert merged[metric.name] == max(figures) != rank0.metrics[metric.name], metric.name
-            if metric.unit == "bytes":  # a memory peak, with its spread over the ranks
+            if f"{metric.name}_spread" in METRICS:  # a headline memory peak, with its spread over the ranks
                 assert merged[f"{metric.name}_spread"] == max(figures) - min(figures) > 0, metric.name
         elif metric.ranks == TOTAL:
             summed = sum(report.totals[metric.total_of] for report in reports)

@@ -83,7 +83,8 @@ class HeldOutEvaluator:
         with self.recorder.outside_steps():
             start = time.perf_counter()
             try:
-                loss, tokens = held_out_loss(model, self.loader, self.device)
+                with self.recorder.memory_phase("evaluation"):
+                    loss, tokens = held_out_loss(model, self.loader, self.device)
             except torch.OutOfMemoryError as exc:
                 if not self.alone:  # the run ends as out of memory (in the evaluation), every rank stopped
                     raise

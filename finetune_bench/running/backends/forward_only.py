@@ -82,7 +82,8 @@ def train(
                 batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
                 if record:
                     recorder.add_batch(batch["attention_mask"], batch["input_ids"])
-                step_loss += compute_loss(model, batch) / args.gradient_accumulation_steps
+                with recorder.memory_phase("forward"):
+                    step_loss += compute_loss(model, batch) / args.gradient_accumulation_steps
         return step_loss
 
     checksum_before = parameter_checksum(model)  # outside the timed steps

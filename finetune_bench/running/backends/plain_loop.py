@@ -182,12 +182,16 @@ def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def cut_cross_entropy_loss(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor], reduction: str = "mean"
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    reduction: str = "mean",
+    loss_phase: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """Cut Cross-Entropy's loss of the batch from the decoder's last hidden states and the LM head's weight (the
     logits never whole in memory): the mean over the labelled tokens, or with `reduction: sum` their sum. A LoRA
     model (peft's wrapper) is called inside the wrapper, its adapters in place. Under autocast (float16 mixed
-    precision: float32 hidden states and weight) both are cast to autocast's dtype first."""
+    precision: float32 hidden states and weight) both are cast to autocast's dtype first. The loss itself runs
+    inside `loss_phase()` (the recorder's memory phase of the loss)."""
     from cut_cross_entropy import linear_cross_entropy
 
     model = unwrap_peft(model)
@@ -201,16 +205,17 @@ def cut_cross_entropy_loss(
     # shift=True: position i predicts the label at i + 1, as transformers (and `next_token_labels`) shift;
     # IGNORE_INDEX skipped.
     hidden, weight = autocast_operands(hidden, lm_head.weight)
-    return linear_cross_entropy(
-        hidden,
-        weight,
-        batch["labels"],
-        ignore_index=IGNORE_INDEX,
-        softcap=getattr(model.config, "final_logit_softcapping", None),
-        reduction=reduction,
-        shift=True,
-        impl=cce_implementation(hidden.device),
-    )
+    with loss_phase():
+        return linear_cross_entropy(
+            hidden,
+            weight,
+            batch["labels"],
+            ignore_index=IGNORE_INDEX,
+            softcap=getattr(model.config, "final_logit_softcapping", None),
+            reduction=reduction,
+            shift=True,
+            impl=cce_implementation(hidden.device),
+        )
 
 
 def labelled_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -218,10 +223,16 @@ def labelled_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return (next_token_labels(batch["labels"]) != IGNORE_INDEX).sum()
 
 
-def loss_function(criterion: str, mixed_float16: bool = False) -> LossFunction:
+def loss_function(
+    criterion: str,
+    mixed_float16: bool = False,
+    loss_phase: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> LossFunction:
     """The mean loss over the batch's labelled tokens, computed as `criterion` says. `mixed_float16`: the run trains
     in float16 mixed precision, and Liger's losses take the form that keeps their gradients in float16's range (the
-    module's docstring says why): the same loss."""
+    module's docstring says why): the same loss. Where the loss is computed apart from the model's forward (from its
+    logits or its last hidden states), that part runs inside `loss_phase()` (the recorder's memory phase of the
+    loss); the model's own loss is part of its forward."""
     if criterion == "model":
         if mixed_float16:  # the model's loss a sum over the tokens, divided by their count, as the Trainer asks
             return lambda model, batch: model(**batch, num_items_in_batch=labelled_tokens(batch)).loss
@@ -236,15 +247,16 @@ def loss_function(criterion: str, mixed_float16: bool = False) -> LossFunction:
             hidden = hidden.reshape(-1, hidden.shape[-1])
             lm_head = model.get_output_embeddings()
             labels = next_token_labels(batch["labels"])
-            if mixed_float16:
-                loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model), reduction="sum")
-                return loss(lm_head.weight, hidden, labels, lm_head.bias) / (labels != IGNORE_INDEX).sum()
-            loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model))
-            return loss(lm_head.weight, hidden, labels, lm_head.bias)
+            with loss_phase():
+                if mixed_float16:
+                    loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model), reduction="sum")
+                    return loss(lm_head.weight, hidden, labels, lm_head.bias) / (labels != IGNORE_INDEX).sum()
+                loss = LigerFusedLinearCrossEntropyLoss(softcap=softcap_of(model))
+                return loss(lm_head.weight, hidden, labels, lm_head.bias)
 
         return fused
     if criterion == CCE_CRITERION:
-        return cut_cross_entropy_loss
+        return partial(cut_cross_entropy_loss, loss_phase=loss_phase)
     if criterion == "liger_cross_entropy":
         from liger_kernel.transformers import LigerCrossEntropyLoss
 
@@ -265,7 +277,8 @@ def loss_function(criterion: str, mixed_float16: bool = False) -> LossFunction:
 
     def from_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = model(**model_inputs(batch)).logits
-        return on_logits(logits.reshape(-1, logits.shape[-1]), next_token_labels(batch["labels"]))
+        with loss_phase():
+            return on_logits(logits.reshape(-1, logits.shape[-1]), next_token_labels(batch["labels"]))
 
     return from_logits
 
@@ -390,7 +403,8 @@ def train(
         model.config.use_cache = False
         model.train()
         # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).
-        trained = TrainingModule(model, loss_function(path.criterion, mixed_float16))
+        loss_phase = partial(recorder.memory_phase, "loss")
+        trained = TrainingModule(model, loss_function(path.criterion, mixed_float16, loss_phase))
         if args.world_size > 1:
             trained = share_model(trained, args, device)
 
@@ -426,13 +440,15 @@ def train(
             if record:
                 recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
             with gradient_sync(trained, sync=micro_batch == args.gradient_accumulation_steps - 1):
-                with scaling.autocast():
+                with scaling.autocast(), recorder.memory_phase("forward"):
                     loss = trained(batch) / args.gradient_accumulation_steps
-                scaling.backward(loss)
+                with recorder.memory_phase("backward"):
+                    scaling.backward(loss)
             step_loss += loss.detach()
-        if scaling.step(optimizer, model.parameters(), args.max_grad_norm):
-            scheduler.step()  # a step the scaler skipped leaves the learning rate where it was, as the Trainer does
-        optimizer.zero_grad(set_to_none=True)
+        with recorder.memory_phase("optimizer"):
+            if scaling.step(optimizer, model.parameters(), args.max_grad_norm):
+                scheduler.step()  # a step the scaler skipped leaves the learning rate where it was, as the Trainer does
+            optimizer.zero_grad(set_to_none=True)
         return step_loss
 
     def evaluate(step: int) -> None:

@@ -93,6 +93,11 @@ def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "
             evaluator.maybe_evaluate(model, 0)
             recorder.begin_training()
 
+        def on_pre_optimizer_step(self, *_, **__) -> None:
+            # the optimizer's memory phase: its step, the learning rate's and zeroing the gradients (the Trainer
+            # clips the gradients just before, outside any phase)
+            recorder.enter_memory_phase("optimizer")
+
         def on_step_end(
             self,
             _args: "transformers.TrainingArguments",
@@ -102,6 +107,7 @@ def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "
             optimizer: torch.optim.Optimizer | None = None,
             **__,
         ) -> None:
+            recorder.leave_memory_phase()
             recorder.end_step()
             # accelerate's optimizer knows whether its scaler skipped the step (read without a sync: the scaler's step
             # already waited for its inf check)
@@ -124,9 +130,9 @@ def recording_callback(recorder: StepRecorder, evaluator: HeldOutEvaluator) -> "
 
 
 def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
-    """`trainer_class` with every micro-batch's tokens counted before it is trained on, and with `fp16` run as on a
-    GPU where the device is a CPU (autocast and the loss scaler accelerate leaves off there: the module's
-    docstring)."""
+    """`trainer_class` with every micro-batch's tokens counted before it is trained on, its forward (with the loss:
+    `compute_loss`) and backward in memory phases of their own, and with `fp16` run as on a GPU where the device is
+    a CPU (autocast and the loss scaler accelerate leaves off there: the module's docstring)."""
 
     class RecordingTrainer(trainer_class):
         def create_accelerator_and_postprocess(self) -> None:
@@ -143,7 +149,13 @@ def recording_trainer(trainer_class: type, recorder: StepRecorder) -> type:
             self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], *rest, **kwargs
         ) -> torch.Tensor:
             recorder.add_batch(inputs.get("attention_mask"), inputs["input_ids"])
-            return super().training_step(model, inputs, *rest, **kwargs)
+            # the backward's memory phase, in which `compute_loss` (the forward and the loss) is a phase of its own
+            with recorder.memory_phase("backward"):
+                return super().training_step(model, inputs, *rest, **kwargs)
+
+        def compute_loss(self, *args, **kwargs) -> Any:
+            with recorder.memory_phase("forward"):
+                return super().compute_loss(*args, **kwargs)
 
     return RecordingTrainer
 
