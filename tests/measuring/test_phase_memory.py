@@ -130,14 +130,35 @@ def test_the_phase_that_sets_the_peak_is_named_and_a_hidden_saving_said():
     assert "loss" not in peaks  # no run recorded it: no column
     (line,) = hidden_savings(peaks, swept)
     assert line == (
-        "At max_seq_length 2048: the optimizer step sets both liger's and the baseline's peak allocated memory "
-        "(37.5 and 37.5 GiB): liger's saving in the forward pass (30.0 → 20.0 GiB) does not lower it."
+        "At max_seq_length 2048: the optimizer step sets liger's peak allocated memory (37.5 GiB), and liger saves "
+        "nothing there (the baseline's optimizer step: 37.5 GiB): its saving in the forward pass (30.0 → 20.0 GiB) "
+        "lowers the peak by 0.0 GiB only (the baseline's peak: 37.5 GiB, set by its optimizer step)."
     )
+
+
+def test_a_saving_hidden_by_a_phase_that_sets_the_arm_s_peak_alone_is_said():
+    """As measured at Llama-3-8B under FSDP on two GPUs: the baseline's peak is its backward pass (the logits'
+    gradients), Liger's the optimizer step, which is the same in both arms."""
+    swept = ["arm", "max_seq_length"]
+    table = pd.DataFrame(
+        [
+            dict(arm="baseline", max_seq_length=2048, status="ok", peak_allocated_forward_gib=36.90,
+                 peak_allocated_backward_gib=38.86, peak_allocated_optimizer_gib=37.46, peak_allocated_gib=38.86),
+            dict(arm="liger", max_seq_length=2048, status="ok", peak_allocated_forward_gib=28.09,
+                 peak_allocated_backward_gib=34.27, peak_allocated_optimizer_gib=37.46, peak_allocated_gib=37.46),
+        ]
+    )  # fmt: skip
+    peaks = phase_peaks(table, swept)
+    assert list(peaks["peak_set_by"]) == ["backward", "optimizer"]
+    (line,) = hidden_savings(peaks, swept)
+    assert "the optimizer step sets liger's peak allocated memory (37.5 GiB)" in line
+    assert "its saving in the forward pass (36.9 → 28.1 GiB) lowers the peak by 1.4 GiB only" in line
+    assert "set by its backward pass" in line
 
 
 def test_a_saving_that_lowers_the_peak_is_not_called_hidden():
     swept = ["arm", "max_seq_length"]
-    # the forward sets liger's peak no more; the optimizer sets the baseline's: different phases, nothing hidden
+    # liger is leaner in the phase that sets its peak (its optimizer step, 18 against 37.5 GiB): its saving shows
     assert hidden_savings(phase_peaks(_table(liger_forward=20.0, liger_optimizer=18.0), swept), swept) == []
     # the same phase sets both, and no other phase saves more than the margin
     table = _table(liger_forward=20.0, liger_optimizer=37.5)
