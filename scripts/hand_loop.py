@@ -7,7 +7,16 @@ at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
         [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]] [--synthetic-text]
-        [--token-ids-below N] [--masked-prompt-tokens N]
+        [--token-ids-below N] [--masked-prompt-tokens N] [--gradient-checkpointing]
+
+On several GPUs, under torchrun (one process per GPU; `--batch` is per GPU, each rank draws its own tokens):
+
+    torchrun --nproc-per-node 2 scripts/hand_loop.py --parallelism ddp [--bucket-cap-mb 25] ...
+    torchrun --nproc-per-node 4 scripts/hand_loop.py --parallelism fsdp --arch llama-3-8b ...
+
+`ddp`: DistributedDataParallel with its defaults but `broadcast_buffers=False` (as the benchmark wraps it; bucket
+size `--bucket-cap-mb`); `fsdp`: FSDP2's `fully_shard` on each decoder layer, then on the model. Rank 0 prints the
+JSON line, its throughput that of all GPUs (every rank's tokens over rank 0's time: the ranks step together).
 
 --arm: an arm as the benchmark's inputs name it (`baseline`, `liger`, `liger-without-loss+cce`, `float8+compile`,
 ...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
@@ -87,11 +96,16 @@ def main() -> None:
         help="pass an attention mask (all ones) and leave the loss off the first N tokens of every row (-100 labels), "
         "as the benchmark's plain loop does with prompt/completion examples",
     )
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--parallelism", choices=("none", "ddp", "fsdp"), default="none")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (its default)")
     opts = parser.parse_args()
     arm = parse_arm(
         opts.arm or "+".join(name for name, on in (("liger", opts.liger), ("cce", opts.cce)) if on) or "baseline"
     )
 
+    if arm.cce and opts.parallelism == "ddp":
+        raise SystemExit("--parallelism ddp with Cut Cross-Entropy: its loss calls the decoder past DDP's forward")
     config_dict = architecture_config(opts.arch)
     if opts.num_hidden_layers:
         config_dict = {**config_dict, "num_hidden_layers": opts.num_hidden_layers}
@@ -99,9 +113,21 @@ def main() -> None:
         config_dict["model_type"], **{k: v for k, v in config_dict.items() if k not in ("model_type", "_name_or_path")}
     )
     device = torch.device("cuda")
-    torch.manual_seed(0)
+    rank, world_size = 0, 1
+    if opts.parallelism != "none":
+        import os
+
+        import torch.distributed as dist
+
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    torch.manual_seed(0)  # the same initial weights on every rank
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if opts.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     if arm.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -118,6 +144,20 @@ def main() -> None:
         (model.model if arm.cce else model).compile()
     model.config.use_cache = False
     model.train()
+    trained = model
+    if opts.parallelism == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        trained = DistributedDataParallel(
+            model, device_ids=[device.index], broadcast_buffers=False, bucket_cap_mb=opts.bucket_cap_mb
+        )
+    elif opts.parallelism == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    torch.manual_seed(1 + rank)  # each rank its own tokens
     optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, fused=opts.fused or None)
     vocab = min(config.vocab_size, opts.token_ids_below or config.vocab_size)
     rows = synthetic_rows(opts.seq, config.vocab_size).to(device) if opts.synthetic_text else None
@@ -139,9 +179,9 @@ def main() -> None:
             hidden = model.model(input_ids=ids).last_hidden_state
             loss = linear_cross_entropy(hidden, model.lm_head.weight, labels, shift=True)
         elif opts.masked_prompt_tokens:
-            loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+            loss = trained(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
         else:
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = trained(input_ids=ids, labels=ids).loss
         loss.backward()
         if opts.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), opts.max_grad_norm)
@@ -163,7 +203,12 @@ def main() -> None:
         from finetune_bench.measuring.profiling import profile_steps
 
         profile_steps(step, opts.profile_steps, device, Path(opts.profile_dir))
-    tokens = opts.batch * opts.seq
+    tokens = opts.batch * opts.seq * world_size
+    if opts.parallelism != "none":
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    if rank != 0:
+        return
     print(
         json.dumps(
             {
@@ -177,7 +222,12 @@ def main() -> None:
                 "batch": opts.batch,
                 "max_grad_norm": opts.max_grad_norm,
                 "seq": opts.seq,
+                "parallelism": opts.parallelism,
+                "world_size": world_size,
+                "bucket_cap_mb": opts.bucket_cap_mb if opts.parallelism == "ddp" else None,
+                "gradient_checkpointing": opts.gradient_checkpointing,
                 "tokens_per_second": tokens * len(measured) / sum(measured),
+                "tokens_per_second_per_gpu": tokens * len(measured) / sum(measured) / world_size,
                 "step_time_median_s": statistics.median(measured),
                 "peak_allocated_gib": peak_allocated / 1024**3,
                 "peak_reserved_gib": peak_reserved / 1024**3,
