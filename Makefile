@@ -37,13 +37,15 @@ install-dev: $(VENV)/.installed-dev
 
 run: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
-	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS)
+	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS)
 	@test -f $(RUN_DIR)/report.html && test -f $(RUN_DIR)/results.csv
 	@echo "report: $(abspath $(RUN_DIR))/report.html"
 	@echo "results: $(abspath $(RUN_DIR))/results.csv"
 
+# The demo keeps its runs in this checkout's own results store (runs/.results): a fresh clone's first demo measures
+# every run, and a second one reuses them and says so.
 demo:
-	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml
+	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml RUN_ARGS="--results_store $(CURDIR)/runs/.results"
 
 # A dry run: validates INPUTS and prints what the memory model predicts, nothing downloaded or trained. A benchmark
 # inputs file: per condition the peak memory and its parts, whether it fits the GPU, the step time; GPU-hours and

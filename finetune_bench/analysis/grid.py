@@ -26,6 +26,7 @@ from finetune_bench.analysis.tables import (
     profile_table,
     ranks_table,
     results_table,
+    reuse_note,
     steps_table,
     with_cost,
 )
@@ -106,6 +107,9 @@ class GridAnalysis:
     # saving in one phase the phase that sets the peak hides, a sentence each (`analysis.memory_phases`).
     phase_peaks: pd.DataFrame = field(default_factory=pd.DataFrame)
     hidden_savings: list[str] = field(default_factory=list)
+    # How many runs were reused from the results store, measured when and on what ("" when every run was measured
+    # by this execution).
+    reuse_note: str = ""
 
 
 def analyze_table(
@@ -165,6 +169,7 @@ def analyze_table(
         skewed_runs=skewed_runs(table, paired, swept),
         phase_peaks=peaks,
         hidden_savings=hidden_savings(peaks, swept),
+        reuse_note=reuse_note(table),
     )
 
 

@@ -65,6 +65,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             # forked from the fork server (the imports done before the run) or a fresh interpreter
             child_started=result.details.get("child_started", ""),
             reused=result.reused,
+            # when the run was measured (UTC; a reused run: by the execution that stored it)
+            measured_at=result.details.get("measured_at", ""),
             problems="; ".join(result.problems),
             # the profile after the timed steps failed (the run's measurements stand)
             profile_error=result.details.get("profile_error", ""),
@@ -90,6 +92,25 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         if column not in table:
             table[column] = float("nan")
     return table
+
+
+def reuse_note(table: pd.DataFrame) -> str:
+    """The Summary's word on runs taken from the results store instead of measured ("" when none was): how many,
+    when and on what they were measured, and how to measure them again."""
+    if table.empty or "reused" not in table or not table["reused"].fillna(False).astype(bool).any():
+        return ""
+    reused = table[table["reused"].fillna(False).astype(bool)]
+    dates = sorted(d for d in reused.get("measured_at", pd.Series(dtype=str)).fillna("") if d)
+    when = (f"on {dates[0]}" if dates[0] == dates[-1] else f"between {dates[0]} and {dates[-1]}") if dates else ""
+    gpus = sorted({g for g in reused.get("gpu_name", pd.Series(dtype=str)).fillna("") if g}) or sorted(
+        {d for d in reused.get("device", pd.Series(dtype=str)).fillna("") if d}
+    )
+    where = f"on {', '.join(gpus)}" if gpus else ""
+    measured = " ".join(part for part in ("measured", when, where) if part != "")
+    return (
+        f"{len(reused)} of {len(table)} runs reused from the results store, {measured} by an earlier execution of the "
+        "same settings, data, model and software (not measured now); force_fresh: true measures them again."
+    )
 
 
 def _detail_number(details: dict[str, str], key: str) -> float:

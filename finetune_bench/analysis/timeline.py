@@ -48,4 +48,7 @@ def condition_timeline(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     columns = [WALL_COLUMN, *PHASE_COLUMNS, OTHER_COLUMN, OUTSIDE_STEPS_COLUMN]
     medians = ok.groupby(keys, dropna=False)[columns].median()
     runs = ok.groupby(keys, dropna=False)["run_number"].size().rename("runs")
-    return medians.join(runs).reset_index()[[*keys, "runs", *columns]]
+    # runs taken from the results store: their timeline is the stored run's, not this execution's
+    flags = ok["reused"].fillna(False).astype(bool) if "reused" in ok else pd.Series(False, index=ok.index)
+    reused = flags.groupby([ok[k] for k in keys], dropna=False).sum().rename("reused_runs")
+    return medians.join(runs).join(reused).reset_index()[[*keys, "runs", "reused_runs", *columns]]

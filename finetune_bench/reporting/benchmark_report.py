@@ -512,6 +512,8 @@ def _summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str
             f"report, but what follows went wrong around them (the workflow ends with a failing status):<ul>{items}"
             "</ul></div>"
         )
+    if a.reuse_note:
+        overview.append(f'<div class="warning"><b>Reused runs.</b> {html.escape(a.reuse_note)}</div>')
     for note in notes:
         overview.append(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>')
     counts = table["status"].value_counts()
@@ -709,7 +711,10 @@ def _timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
     """One stacked bar per condition: its median wall time split into the phases of the timeline and the remainder
     no phase covers (a phase no run measured has no segment)."""
     keys = [axis for axis in swept if axis in timeline] or ["condition_id"]
-    labels = [", ".join(str(row[k]) for k in keys) for _, row in timeline.iterrows()]
+    labels = [
+        ", ".join(str(row[k]) for k in keys) + _reused_label(row.get("reused_runs", 0), row["runs"])
+        for _, row in timeline.iterrows()
+    ]
     segments = [*IN_WALL_COLUMNS, OTHER_COLUMN]
     colors = dict(zip(segments, sns.color_palette("tab20", len(segments)), strict=True))
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.8))
@@ -727,6 +732,13 @@ def _timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
     return fig
 
 
+def _reused_label(reused: float, runs: float) -> str:
+    """ " (reused)" for a condition whose every run came from the results store, " (k of n reused)" for some."""
+    if not reused or pd.isna(reused):
+        return ""
+    return " (reused)" if reused == runs else f" ({int(reused)} of {int(runs)} reused)"
+
+
 def _timeline_html(a: GridAnalysis) -> str:
     """Per condition, where its runs' wall time went (`GridAnalysis.timeline`); nothing when no run has a timeline."""
     if a.timeline.empty:
@@ -738,7 +750,9 @@ def _timeline_html(a: GridAnalysis) -> str:
         "the evaluations, the profile, writing the result and the exit. A phase no run measured is left empty "
         "(–), not 0; <code>other_s</code> is the wall time no measured phase covers, and "
         "<code>outside_steps_s</code> the wall time outside the warm-up and the timed steps. "
-        "<code>store_s</code> is the launcher's results-store lookup before the run, outside the wall time.</p>"
+        "<code>store_s</code> is the launcher's results-store lookup before the run, outside the wall time. A run "
+        'reused from the results store (<code>reused_runs</code>; "reused" beside the condition) shows the '
+        "timeline of the execution that measured it, not this one's.</p>"
         + figure_html(_timeline_figure(a.timeline, a.swept), "where the wall time went, per condition")
         + table_html(a.timeline)
     )
@@ -746,7 +760,7 @@ def _timeline_html(a: GridAnalysis) -> str:
 
 def _runs_tab(a: GridAnalysis) -> str:
     # Whether a run was reused from the results store is bookkeeping: a resumed grid reports like an uninterrupted one.
-    runs = table_html(a.table[[c for c in a.table.columns if c not in ("error_tail", "reused")]])
+    runs = table_html(a.table[[c for c in a.table.columns if c != "error_tail"]])
     return _timeline_html(a) + "<h3>Every run</h3>" + runs
 
 

@@ -105,6 +105,14 @@ def child_env(run: PlannedRun, rank: int | None = None) -> dict[str, str]:
     return env
 
 
+def reuse_line(result: RunResult, key: str) -> str:
+    """What the console says of a run taken from the results store instead of measured: when and where it was
+    measured, its entry, and how to measure it again."""
+    measured = result.details.get("measured_at") or "at an unrecorded time"
+    gpu = result.environment.get("gpu_name") or result.details.get("device") or "an unrecorded device"
+    return f"reused the stored result {key}, measured {measured} on {gpu} (force_fresh: true measures it again)"
+
+
 def not_launched(run: PlannedRun) -> RunResult:
     """The result of a run that is not launched: refused at planning or before launch (`error`, the refusal as
     its reason), or predicted out of memory with `skip_predicted_oom` (`predicted_oom`)."""
@@ -361,7 +369,7 @@ def run_or_reuse(
         )
         store_s = time.perf_counter() - looked_up
         if result is not None:  # as it was stored (its own lookup's `store_s`): a resumed grid reports the same
-            logger.info("%s: reused the stored result %s", name, key)
+            logger.warning("%s: %s", name, reuse_line(result, key))
             result.reused = True
         else:
             result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)

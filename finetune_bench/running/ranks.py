@@ -44,7 +44,7 @@ from finetune_bench.measuring.metrics import (
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
 from finetune_bench.running.device_lock import device_lock
-from finetune_bench.running.launch import not_launched, run_child, save_result, stored_result
+from finetune_bench.running.launch import not_launched, reuse_line, run_child, save_result, stored_result
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def run_on_ranks(
                     store_s = time.perf_counter() - looked_up
                 store.set("decision", "reuse" if stored is not None else "train")
                 if stored is not None:
-                    logger.info("%s: reused the stored result %s", name, key)
+                    logger.warning("%s: %s", name, reuse_line(stored, key))
                     stored.reused = True
                     return stored
             elif _wait(store, "decision", deadline) == "reuse":

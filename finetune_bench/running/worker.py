@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             **attention_details(args.attention),
             # the CUDA allocator's options this process started with ("" when none)
             "alloc_conf": alloc_conf(os.environ),
+            # when the run was measured (UTC): a run reused from the results store says when it was measured
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         },
         environment=environment(device),
     )
