@@ -233,6 +233,8 @@ def log_condition(
         disable_job_creation=True,
         quiet=True,
     )
+    if mode == "offline":  # kept on this machine: nothing to follow online, so W&B says nothing per run
+        settings["silent"] = True
     if mode == "online":
         if api_key:
             settings["api_key"] = api_key
