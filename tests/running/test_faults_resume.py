@@ -151,7 +151,9 @@ def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs
         "arm=baseline,per_device_train_batch_size=2": 4,
     }
     report = (export / "report.html").read_text()
-    assert "reused" not in report  # a resumed grid reports like an uninterrupted one
+    # a resumed grid reports every run, and says which were measured by the interrupted execution
+    assert "3 of 4 runs reused from the results store, measured " in report
+    assert (resumed.stdout + resumed.stderr).count("reused the stored result") == 3
 
     # Secrets given to the workflow appear in no log, report, table, stored result or sandbox file.
     outputs = [interrupted.stdout, interrupted.stderr, resumed.stdout, resumed.stderr]
