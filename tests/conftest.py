@@ -20,7 +20,38 @@ os.environ.pop("FINETUNE_BENCH_FAULT", None)
 os.environ["WANDB_MODE"] = "offline"
 tempfile.tempdir = None
 
+import contextlib  # noqa: E402
+
 import pytest  # noqa: E402
+
+# pytest sets PYTEST_CURRENT_TEST to the test's id and phase before each setup and call. A training child's
+# environment is this process's, and the fork server a child is forked from is keyed by that environment
+# (finetune_bench.running.forkserver.server_key): with the variable in it, every test (and every fixture
+# setting up) would start a fork server of its own and wait ~5 s for its imports, where a user's grid
+# starts one. While a test function or a fixture runs, the variable is out of the environment.
+_CURRENT_TEST_ENV = "PYTEST_CURRENT_TEST"
+
+
+@contextlib.contextmanager
+def _without_current_test_var():
+    value = os.environ.pop(_CURRENT_TEST_ENV, None)
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ[_CURRENT_TEST_ENV] = value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    with _without_current_test_var():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    with _without_current_test_var():
+        return (yield)
 
 
 @pytest.fixture(scope="session")

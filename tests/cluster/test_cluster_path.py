@@ -77,6 +77,9 @@ REGISTRATIONS = {
 
 # The registrations executed whole, side by side.
 EXECUTED = ("benchmark", "frontier", "kernels")
+# The frontier's execution (11 pods, about a minute and a half of both cores) runs only when its test is selected:
+# its test is marked slow, so `make test` executes the benchmark and the kernel benchmark alone.
+FRONTIER_TEST = "test_every_frontier_task_runs_in_its_pod"
 
 
 def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
@@ -141,10 +144,13 @@ def _read(path: Path, message):
 
 
 @pytest.fixture(scope="module")
-def executions(registered, tmp_path_factory) -> dict[str, tuple[Cluster, Future]]:
+def executions(registered, tmp_path_factory, request) -> dict[str, tuple[Cluster, Future]]:
     """The benchmark, the frontier and the kernel benchmark executed side by side (each pod is a process; the
-    threads only wait for them): name -> (its cluster, its outputs or its failure)."""
-    clusters = {name: _cluster(registered[name], tmp_path_factory.mktemp(name)) for name in EXECUTED}
+    threads only wait for them): name -> (its cluster, its outputs or its failure). The frontier only when its
+    (slow) test is among the selected ones."""
+    selected = {item.name for item in request.session.items}
+    names = [name for name in EXECUTED if name != "frontier" or FRONTIER_TEST in selected]
+    clusters = {name: _cluster(registered[name], tmp_path_factory.mktemp(name)) for name in names}
     with ThreadPoolExecutor(len(clusters)) as pool:
         running = {name: (cluster, pool.submit(cluster.execute)) for name, cluster in clusters.items()}
         wait([future for _, future in running.values()])
@@ -231,7 +237,10 @@ def _train_accelerators(futures) -> set[str]:
         ("benchmark", "", "nvidia-tesla-a100"),
         ("any_gpu", "", ""),
         ("h100", "", "nvidia-h100"),
-        ("benchmark", "L4", "nvidia-l4"),
+        # slow (a pod of its own): an inputs file's accelerator overriding the registered one is checked on the
+        # compiled dynamic node by tests/workflows/test_multi_gpu_serialization.py::
+        # test_an_inputs_file_s_accelerator_overrides_every_layout_s_train_tasks
+        pytest.param("benchmark", "L4", "nvidia-l4", marks=pytest.mark.slow),
     ],
     ids=["unset", "empty-any-gpu", "registered-h100", "inputs-override"],
 )
@@ -298,7 +307,9 @@ def test_no_template_carries_a_local_path_or_a_secret(registered, benchmark_run)
     ("registration", "tasks", "report"),
     [
         ("benchmark", ["plan_benchmark", "report_plan"], "o2"),
-        ("frontier_defaults", ["plan_frontier", "report_frontier_plan"], "report"),
+        # slow: the frontier's dry run is checked through `pyflyte run` by tests/workflows/test_dry_run.py::
+        # test_a_frontier_dry_run_predicts_each_search, and a dry run's pods by the benchmark's case above
+        pytest.param("frontier_defaults", ["plan_frontier", "report_frontier_plan"], "report", marks=pytest.mark.slow),
     ],
 )
 def test_a_dry_run_plans_a_liger_arm_on_the_cluster(registered, tmp_path, registration, tasks, report):
@@ -325,6 +336,12 @@ def test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning(re
 # --- the memory frontier and the kernel benchmark -----------------------------------------------------------------
 
 
+# Slow (the frontier's execution, only run for this test): the frontier workflow end to end is checked through
+# `pyflyte run` by tests/frontier/test_frontier.py::
+# test_workflow_finds_the_baseline_frontiers_and_measures_throughput_there, what its pods import by
+# tests/images/test_image_build.py, and the pods' own machinery (fast registration, dynamic and array nodes, the
+# analysis image) by the benchmark's and the kernel benchmark's executions here.
+@pytest.mark.slow
 def test_every_frontier_task_runs_in_its_pod(executions):
     cluster, outputs = executions["frontier"]
     outputs = outputs.result()

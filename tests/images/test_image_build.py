@@ -95,19 +95,27 @@ def _analysis_image_modules() -> set[str]:
 
 
 _WITHOUT_THE_TRAINING_STACK = """
-import importlib, importlib.abc, sys
+import importlib, importlib.abc, json, sys, traceback
 class Missing(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {training_only!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}")
 sys.meta_path.insert(0, Missing())
-importlib.import_module({module!r})
+failed = {{}}
+for module in {modules!r}:
+    try:
+        importlib.import_module(module)
+    except Exception:
+        failed[module] = traceback.format_exc()[-1500:]
+print(json.dumps(failed))
 """
 
 
 def test_every_module_the_analysis_image_loads_imports_without_the_training_stack():
     """The analysis image has no torch: a pod of one of its tasks imports the task's module without it (an Elastic
-    task, say, cannot even be defined there)."""
+    task, say, cannot even be defined there). One process imports them all, one after the other, with the training
+    stack unimportable from its start: a module that needs any of it fails as it would in a pod of its own."""
+    import json
     import os
     import subprocess
 
@@ -117,7 +125,8 @@ def test_every_module_the_analysis_image_loads_imports_without_the_training_stac
     assert {"tasks.analysis", "tasks.train", "workflows.frontier"} <= modules
     training_only = {name.replace("-", "_") for name in TRAINING_ONLY}
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
-    for module in sorted(modules):
-        code = _WITHOUT_THE_TRAINING_STACK.format(training_only=training_only, module=module)
-        done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, f"{module}: {done.stderr[-1500:]}"
+    code = _WITHOUT_THE_TRAINING_STACK.format(training_only=training_only, modules=sorted(modules))
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert failed == {}, "\n".join(f"{module}: {tail}" for module, tail in failed.items())

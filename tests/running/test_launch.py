@@ -96,16 +96,32 @@ def test_ok_run_reports_metrics_and_steps(tiny_model_dir, tiny_dataset_dir, tmp_
     assert "mfu" not in result.metrics  # no peak for a CPU
 
 
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory, tiny_model_dir, tiny_dataset_dir):
+    """A run by its settings, launched once for the module: tests that need the same run share it (a liger run
+    spends seconds per step in the Triton interpreter)."""
+    runs: dict[str, RunResult] = {}
+
+    def run(**overrides) -> RunResult:
+        planned_run = planned(**overrides)
+        key = repr(planned_run.training_args)
+        if key not in runs:
+            work_dir = tmp_path_factory.mktemp("shared-run")
+            runs[key] = run_in_child(planned_run, tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
+        return runs[key]
+
+    return run
+
+
 @pytest.mark.parametrize("backend", ["plain_loop", "hf_trainer", "trl_sft"])
-def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir, tiny_dataset_dir, tmp_path):
+def test_model_loss_arms_take_their_loss_paths_and_agree(backend, shared_run):
+    # batch 1 (the smoke workflow compares the arms at batch 2 on trl_sft, tests/workflows/test_workflow.py)
     results = {}
     for arm in ("liger", "baseline"):
-        args = {"backend": backend, "arm": arm, "per_device_train_batch_size": 2, "max_steps": 2}
-        work_dir = tmp_path / arm
-        results[arm] = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, work_dir, timeout_s=300)
+        results[arm] = shared_run(backend=backend, arm=arm, max_steps=2)
         assert results[arm].status == "ok", results[arm].error_tail
-        # every example is longer than 32 tokens: full rows, no padding
-        assert (pd.read_csv(results[arm].steps_file)["padded_tokens"] == 64).all()
+        # every example is longer than 32 tokens: a full row, no padding
+        assert (pd.read_csv(results[arm].steps_file)["padded_tokens"] == 32).all()
     assert results["liger"].loss_path == "liger_fused_linear_cross_entropy"
     assert results["baseline"].loss_path == "hf_cross_entropy"
     assert "LigerRMSNorm" in results["liger"].liger_patches and not results["baseline"].liger_patches
@@ -113,12 +129,12 @@ def test_model_loss_arms_take_their_loss_paths_and_agree(backend, tiny_model_dir
     assert results["liger"].metrics["final_loss"] == pytest.approx(results["baseline"].metrics["final_loss"], rel=1e-4)
 
 
-def test_plain_loop_criteria_agree_and_keep_the_layer_kernels(tiny_model_dir, tiny_dataset_dir, tmp_path):
-    """The custom-loop notebook's three criteria, in a liger arm: the same loss to fp32 precision."""
+def test_plain_loop_criteria_agree_and_keep_the_layer_kernels(shared_run):
+    """The custom-loop notebook's three criteria, in a liger arm: the same loss to fp32 precision (the `model`
+    criterion's run is the liger arm's of test_model_loss_arms_take_their_loss_paths_and_agree[plain_loop])."""
     results = {}
     for criterion in ("torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy", "model"):
-        args = {"backend": "plain_loop", "arm": "liger", "criterion": criterion, "max_steps": 2}
-        run = run_in_child(planned(**args), tiny_dataset_dir, tiny_model_dir, tmp_path / criterion, timeout_s=300)
+        run = shared_run(backend="plain_loop", arm="liger", criterion=criterion, max_steps=2)
         assert run.status == "ok", run.error_tail
         results[criterion] = run
     for criterion in ("torch_cross_entropy", "liger_cross_entropy", "liger_fused_linear_cross_entropy"):
