@@ -5,8 +5,11 @@ import os
 import tempfile
 from pathlib import Path
 
-# Before anything imports flytekit: its local cache lives under ~/.flyte, its sandboxes under TMPDIR.
-_ROOT = Path(tempfile.mkdtemp(prefix="finetune-bench-tests-"))
+# Before anything imports flytekit: its local cache lives under ~/.flyte, its sandboxes under TMPDIR. Each process
+# (pytest's, and each xdist worker, which inherits the first one's TMPDIR) makes its tree under the system's temp
+# directory, never inside another's: nested, the paths outgrow what a Unix socket takes (Chromium's, 108 bytes).
+_BASE = os.environ.setdefault("FINETUNE_BENCH_TESTS_BASE_TMP", tempfile.gettempdir())
+_ROOT = Path(tempfile.mkdtemp(prefix="finetune-bench-tests-", dir=_BASE))
 for name in ("home", "tmp", "cache"):
     (_ROOT / name).mkdir()
 os.environ["HOME"] = str(_ROOT / "home")
