@@ -21,6 +21,10 @@ os.environ.setdefault("FLYTECTL_CONFIG", str(Path(__file__).resolve().parent.par
 os.environ.pop("FINETUNE_BENCH_FAULT", None)
 # No W&B server here: tests that plant a fake key must not make every run wait for W&B to time out.
 os.environ["WANDB_MODE"] = "offline"
+# torch.compile (the cce criterion's CPU implementation, the float16 loss check) compiles its kernels in this process
+# and the training children: with more than one compile thread inductor first starts a pool of compile processes,
+# each importing torch, which on two cores shared with another test worker costs more than it saves.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 tempfile.tempdir = None
 
 import contextlib  # noqa: E402

@@ -88,14 +88,39 @@ def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
     return {**env, **overrides}
 
 
+# The frontier's registrations serve only slow tests (its execution, its dry run's pods): registered when one of those
+# is selected. In the default run test_no_template_carries_a_local_path_or_a_secret checks the others' templates
+# (the registration code, tasks/registration.py, is the same for every workflow); every workflow's, the frontier's
+# included, is checked for local paths by tests/workflows/test_workflow.py::
+# test_package_serializes_every_workflow_without_docker_and_without_a_local_path.
+SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults")
+
+
+def _registrations_needed(session: pytest.Session) -> list[str]:
+    """REGISTRATIONS but a slow-only one no selected test of this module uses."""
+    used = set()
+    for item in session.items:
+        if item.module is None or item.module.__name__ != __name__:
+            continue
+        if item.name == FRONTIER_TEST:
+            used.add("frontier")
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "registration" in callspec.params:
+            used.add(callspec.params["registration"])
+    return [name for name in REGISTRATIONS if name not in SLOW_ONLY_REGISTRATIONS or name in used]
+
+
 @pytest.fixture(scope="module")
-def registered(tmp_path_factory) -> dict[str, Path]:
-    """Every registration of REGISTRATIONS, side by side (each a fresh process running union's CLI)."""
+def registered(tmp_path_factory, request) -> dict[str, Path]:
+    """Every registration of REGISTRATIONS the selected tests use, side by side (each a fresh process running union's
+    CLI)."""
     base = tmp_path_factory.mktemp("registered")
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     running = {}
-    for name, (module, workflow, inputs, overrides, cwd) in REGISTRATIONS.items():
+    names = _registrations_needed(request.session)
+    for name in names:
+        module, workflow, inputs, overrides, cwd = REGISTRATIONS[name]
         args = ["--config", str(PROJECT_ROOT / "flyte-local.yaml"), "run", "--remote"]
         args += [str(PROJECT_ROOT / "workflows" / f"{module}.py"), workflow]
         if inputs is not None:  # else the workflow's embedded defaults
@@ -115,7 +140,7 @@ def registered(tmp_path_factory) -> dict[str, Path]:
     for name, (process, log) in running.items():
         assert process.wait(timeout=600) == 0, (base / f"{name}.log").read_text()[-3000:]
         log.close()
-    return {name: base / name for name in REGISTRATIONS}
+    return {name: base / name for name in names}
 
 
 def _cluster(registered: Path, tmp_path: Path) -> Cluster:

@@ -508,10 +508,12 @@ def run_smoke(tmp_path: Path, inputs: dict, fake_memory_tokens: int) -> tuple[pd
     inputs_file = tmp_path / "inputs.yaml"
     inputs_file.write_text(yaml.safe_dump(inputs))
     export = tmp_path / "export"
+    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
     env = dict(
         os.environ,
         FINETUNE_BENCH_EXPORT_DIR=str(export),
         FLYTECTL_CONFIG=str(PROJECT_ROOT / "flyte-local.yaml"),
+        WANDB_MODE="disabled",
         **{FAKE_MEMORY_ENV: str(fake_memory_tokens)},
     )
     pyflyte = Path(sys.executable).parent / "pyflyte"

@@ -32,8 +32,12 @@ def smoke_outputs(tmp_path_factory):
     inputs["training_args"]["max_steps"] = SMOKE_STEPS
     inputs_file = tmp_path_factory.mktemp("inputs") / "smoke.yaml"
     inputs_file.write_text(yaml.safe_dump(inputs))
+    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
     env = dict(
-        os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export), FLYTECTL_CONFIG=str(PROJECT_ROOT / "flyte-local.yaml")
+        os.environ,
+        FINETUNE_BENCH_EXPORT_DIR=str(export),
+        FLYTECTL_CONFIG=str(PROJECT_ROOT / "flyte-local.yaml"),
+        WANDB_MODE="disabled",
     )
     pyflyte = Path(sys.executable).parent / "pyflyte"
     completed = subprocess.run(
