@@ -8,16 +8,8 @@ from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import Problems, SpecError
-from finetune_bench.inputs.settings import (
-    ExperimentArgs,
-    StrictFromJson,
-    TrainingArgs,
-    check_fields,
-    check_setting,
-    is_integer,
-    requirement,
-    setting,
-)
+from finetune_bench.inputs.rules import check_fields, is_integer, requirement, setting
+from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
 from finetune_bench.inputs.validation import validate, validate_condition
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, check_value
+from finetune_bench.inputs.rules import check_value
+from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson
 from finetune_bench.inputs.validation import check_grid_size
 
 

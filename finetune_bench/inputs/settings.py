@@ -6,10 +6,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 """
 
 import dataclasses
-import functools
 import json
-import math
-from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +27,17 @@ from finetune_bench.inputs.catalog import (
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.model_overrides import check_config_overrides_syntax, check_model_config_overrides
+from finetune_bench.inputs.rules import (
+    check_field,
+    check_fields,
+    check_type,
+    choice,
+    fraction,
+    non_negative,
+    positive,
+    requirement,
+    setting,
+)
 from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
 
 
@@ -65,108 +73,9 @@ class StrictFromJson:
         """The checks that need only this section."""
 
 
-# A setting's rules are declared with its field (`setting(default, *rules)` and the helpers below) and kept in
-# the field's metadata; `check_fields` applies them. A rule raises a SpecError naming the key it is given.
-Rule = Callable[[str, Any], None]
-_RULES = "rules"
-_PYTHON_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
-# Integers travel through Flyte's literals as int64.
-_INT64_MAX = 2**63 - 1
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
 # Profiled steps: a trace of a few steps shows every kernel; hundreds would make traces of gigabytes.
 MAX_PROFILE_STEPS = 100
-
-
-def setting(default: Any, *rules: Rule) -> Any:
-    """A dataclass field with the plain value `default` (a list is copied for each instance) and the rules its
-    values must pass, in order (the first a value fails is its problem)."""
-    if isinstance(default, list):
-        return field(default_factory=functools.partial(list, default), metadata={_RULES: rules})
-    return field(default=default, metadata={_RULES: rules})
-
-
-def requirement(holds: Callable[[Any], bool], requires: str) -> Rule:
-    """A rule that refuses a value for which `holds` is false: `<key> <requires>, got <value>`."""
-
-    def rule(key: str, value: Any) -> None:
-        if not holds(value):
-            raise SpecError(f"{key} {requires}, got {value!r}")
-
-    return rule
-
-
-def positive(default: float) -> Any:
-    return setting(default, requirement(lambda v: v > 0, "must be positive"))
-
-
-def non_negative(default: float, note: str = "") -> Any:
-    """`note` follows "must not be negative" in the message, e.g. what 0 means."""
-    return setting(default, requirement(lambda v: v >= 0, f"must not be negative{note}"))
-
-
-def fraction(default: float) -> Any:
-    return setting(default, requirement(lambda v: 0 <= v < 1, "must be in [0, 1)"))
-
-
-def choice(default: Any, choices: Collection[Any]) -> Any:
-    return setting(default, requirement(lambda v: v in choices, f"must be one of {list(choices)}"))
-
-
-def check_fields(settings: Any, section: str, names: Collection[str] | None = None, typed: bool = False) -> None:
-    """Every field's rules (only those of `names`, when given), every problem in one SpecError, in field order.
-    `typed`: each value is first checked against its field's annotation, for sections whose rules assume it."""
-    problems = Problems()
-    for f in dataclasses.fields(settings):
-        if names is None or f.name in names:
-            with problems.check():
-                _check_field(f, f"{section}.{f.name}", getattr(settings, f.name), typed)
-    problems.raise_if_any()
-
-
-def _check_field(f: dataclasses.Field, key: str, value: Any, typed: bool = False) -> None:
-    """One value of field `f`: its type when `typed` (a number also finite and within int64), then its rules."""
-    if typed:
-        check_value(key, f.type, value)
-    for rule in f.metadata.get(_RULES, ()):
-        rule(key, value)
-
-
-def check_value(key: str, annotation: Any, value: Any) -> None:
-    """`value` of the annotated type (bool, int, float, str), a number also finite and within int64: a setting's
-    value, or a workflow's own input (`n_runs`, `alpha`, ...)."""
-    _check_type(key, annotation, value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{key} must be a finite number, got {value!r}")
-    if is_integer(value) and abs(value) > _INT64_MAX:
-        raise SpecError(f"{key} is too large (at most {_INT64_MAX:,}), got {value!r}")
-
-
-def _check_type(key: str, annotation: Any, value: Any) -> None:
-    """`value` of the annotated type (bool, int, float, str; an int is a float, a bool is no number); a nested
-    type is left to its own dataclass."""
-    name = getattr(annotation, "__name__", str(annotation))
-    python_type = _PYTHON_TYPES.get(name)
-    if python_type is None:
-        return
-    if (isinstance(value, bool) and name != "bool") or not isinstance(value, python_type):
-        hint = ""
-        if name == "float" and isinstance(value, str) and _looks_like_float(value):
-            # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
-            hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
-        raise SpecError(f"{key} must be {name}, got {value!r}{hint}")
-
-
-def is_integer(value: Any) -> bool:
-    """An int that is not a bool (YAML's and JSON's true would otherwise pass as 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _looks_like_float(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _known_arm(key: str, value: str) -> None:
@@ -336,6 +245,13 @@ class TrainingArgs(StrictFromJson):
     num_gpus: int = choice(1, GPUS_PER_NODE)
     num_nodes: int = choice(1, NODE_COUNTS)
     parallelism: str = choice("none", PARALLELISMS)
+    # How DDP overlaps the gradients' all-reduce with the backward (parallelism `ddp`; no effect otherwise): it
+    # reduces the gradients bucket by bucket as the backward produces them, `ddp_bucket_cap_mb` MiB a bucket
+    # (PyTorch's default 25: larger buckets, fewer and larger all-reduces, a longer one left after the backward);
+    # `ddp_gradient_as_bucket_view` keeps each gradient inside its bucket (no copy into the bucket and back, one
+    # gradient-sized buffer less; the plain loop only).
+    ddp_bucket_cap_mb: int = positive(25)
+    ddp_gradient_as_bucket_view: bool = False
 
     @property
     def world_size(self) -> int:
@@ -411,6 +327,8 @@ class ExperimentArgs(StrictFromJson):
     num_gpus: list[int] = field(default_factory=list)
     num_nodes: list[int] = field(default_factory=list)
     parallelism: list[str] = field(default_factory=list)
+    ddp_bucket_cap_mb: list[int] = field(default_factory=list)
+    ddp_gradient_as_bucket_view: list[bool] = field(default_factory=list)
     # Each a whole set of overrides ("num_hidden_layers=8", "num_hidden_layers=16"); "" is the model as it is.
     model_config_overrides: list[str] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)
@@ -467,7 +385,7 @@ def check_section(cls: type, section: str, data: Any) -> None:
             elif cls is TrainingArgs:
                 check_setting(f"{section}.{key}", key, value)
             else:
-                _check_type(f"{section}.{key}", annotations[key], value)
+                check_type(f"{section}.{key}", annotations[key], value)
     problems.raise_if_any()
 
 
@@ -500,4 +418,4 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
 def check_setting(key: str, name: str, value: Any) -> None:
     """Check one value of the TrainingArgs setting `name` (type, range, choices); `key` is how the
     inputs spell where it came from."""
-    _check_field(_TRAINING_FIELDS[name], key, value, typed=True)
+    check_field(_TRAINING_FIELDS[name], key, value, typed=True)

@@ -352,6 +352,10 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
         )
 
 
+# The settings that tune DDP alone (`running.distributed.share_model`).
+DDP_TUNING = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view")
+
+
 def _check_parallelism(training_args: TrainingArgs, where: str, swept: dict[str, Any]) -> None:
     """A run on several GPUs says how it shares the training, and trains (its backend builds an optimizer); a
     parallelism on one GPU only where the GPU count is swept (the one-GPU point of a scaling grid)."""
@@ -365,6 +369,18 @@ def _check_parallelism(training_args: TrainingArgs, where: str, swept: dict[str,
             )
         return
     layout = f"num_gpus {t.num_gpus} × num_nodes {t.num_nodes} ({t.world_size} GPUs)"
+    tuned = [name for name in DDP_TUNING if getattr(t, name) != TrainingArgs.__dataclass_fields__[name].default]
+    if tuned and t.parallelism != "ddp":
+        raise SpecError(
+            f"training_args.{' and '.join(tuned)} with parallelism {t.parallelism!r}{where}: they tune DDP's "
+            "gradient all-reduce and change nothing else; set parallelism 'ddp' or leave them at their defaults"
+        )
+    if t.ddp_gradient_as_bucket_view and t.backend != "plain_loop":
+        raise SpecError(
+            f"training_args.ddp_gradient_as_bucket_view with backend {t.backend!r}{where}: the Trainer backends wrap "
+            "the model in DDP through accelerate, which takes the bucket size alone (ddp_bucket_cap_mb); use backend "
+            "'plain_loop' or leave it false"
+        )
     if t.parallelism == "none":
         raise SpecError(
             f"training_args.parallelism 'none' with {layout}{where}: several GPUs share a run through "

@@ -10,7 +10,8 @@ from typing import Any
 
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.settings import StrictFromJson, check_fields, choice, is_integer, requirement, setting
+from finetune_bench.inputs.rules import check_fields, choice, is_integer, requirement, setting
+from finetune_bench.inputs.settings import StrictFromJson
 
 # The kernels benchmarked here, named as Liger's benchmark scripts name them (`kernel_name` in their data), each
 # with its x axis: `T`, tokens of one sequence (batch 1), or `BT`, rows of a flattened batch.

@@ -85,7 +85,11 @@ def share_model(module: TrainingModule, args: TrainingArgs, device: torch.device
 
         # no buffer changes during training (rotary tables are constant): nothing to broadcast every forward
         return DistributedDataParallel(
-            module, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+            module,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False,
+            bucket_cap_mb=args.ddp_bucket_cap_mb,
+            gradient_as_bucket_view=args.ddp_gradient_as_bucket_view,
         )
     if args.parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard

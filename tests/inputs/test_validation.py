@@ -8,15 +8,8 @@ import pytest
 
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import plan_runs
-from finetune_bench.inputs.settings import (
-    ExperimentArgs,
-    TrainingArgs,
-    check_fields,
-    check_section,
-    choice,
-    fraction,
-    positive,
-)
+from finetune_bench.inputs.rules import check_fields, choice, fraction, positive
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, check_section
 from finetune_bench.inputs.validation import MAX_RUNS, check_writable_location, validate_run_settings
 
 

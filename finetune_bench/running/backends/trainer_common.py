@@ -71,7 +71,7 @@ def distributed_arguments(args: TrainingArgs) -> dict:
     if args.world_size == 1:
         return {}
     if args.parallelism == "ddp":
-        return {"ddp_find_unused_parameters": False}
+        return {"ddp_find_unused_parameters": False, "ddp_bucket_cap_mb": args.ddp_bucket_cap_mb}
     if args.dtype == "float16":
         raise ValueError(
             "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
