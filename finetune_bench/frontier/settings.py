@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import Problems, SpecError
-from finetune_bench.inputs.rules import check_fields, is_integer, requirement, setting
+from finetune_bench.inputs.rules import check_fields, check_list, is_integer, requirement, setting
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
 from finetune_bench.inputs.validation import validate, validate_condition
 
@@ -37,6 +37,8 @@ class FrontierArm(StrictFromJson):
     the TrainingArgs field it sets; a new kind of arm is a new field here)."""
 
     SECTION = "arms[]"
+    # How a list of arms is written (in messages).
+    LIST_EXAMPLE = "{arm: liger}, {arm: baseline}"
 
     # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
     arm: str = "baseline"
@@ -268,6 +270,8 @@ def no_axes() -> ExperimentArgs:
 
 
 def _check_arms(arms: list[FrontierArm]) -> None:
+    if not isinstance(arms, list):
+        check_list("arms", arms, FrontierArm, "arms", FrontierArm.LIST_EXAMPLE, wrap="{{arm: {}}}")
     if not arms:
         raise SpecError("arms must list at least one arm, e.g. [{arm: liger}, {arm: baseline}]")
     for index, arm in enumerate(arms):

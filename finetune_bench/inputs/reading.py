@@ -8,6 +8,7 @@ problem. A file whose inputs all read is left to planning, which checks the rest
 together.
 """
 
+import dataclasses
 import inspect
 import types
 import typing
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.rules import check_value
+from finetune_bench.inputs.rules import check_list, check_value
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson
 from finetune_bench.inputs.validation import check_grid_size
 
@@ -39,13 +40,45 @@ def read_inputs(data: Mapping[str, Any], interface: Mapping[str, tuple[Any, Any]
         problems = Problems()
         with problems.check():
             if key not in interface:
-                raise SpecError(f"{key} is not an input of {workflow}{closest(str(key), list(interface))}")
+                hint = section_pointer(str(key), interface, workflow) or closest(str(key), list(interface))
+                raise SpecError(f"{key} is not an input of {workflow}{hint}")
             read.values[key] = _read(str(key), interface[key][0], value)
         if problems.found:
             read.problems.extend(p for p in problems.found if p not in read.problems)
             if key in interface:
                 read.unread.append(str(key))
     return read
+
+
+# Each workflow's own sections, and where a section of another workflow's goes in its inputs (a file written for one
+# workflow given to another).
+_SECTIONS = {
+    "benchmarking_experiment": ("experiment_args", "training_args"),
+    "memory_frontier": ("training_args", "arms", "batch_size_search", "seq_length_search", "probes"),
+    "kernel_benchmark": ("sweep",),
+}
+_INSTEAD = {
+    "benchmarking_experiment": "its axes go under experiment_args: (e.g. experiment_args: {arm: [liger, baseline]}), "
+    "one condition's settings under training_args:",
+    "memory_frontier": "the frontier sweeps no axes: its arms go under arms: ([{arm: liger}, {arm: baseline}]), the "
+    "sizes it searches under batch_size_search: and seq_length_search:, the rest under training_args:",
+    "kernel_benchmark": "every setting of the kernel benchmark goes under sweep: (e.g. sweep: {kernels: [rms_norm]})",
+}
+
+
+def section_pointer(key: str, interface: Mapping[str, tuple[Any, Any]], workflow: str) -> str:
+    """Where `key`, which is no input of `workflow`, goes: under the section of `workflow` that has it as a setting,
+    or, for another workflow's section, where this workflow takes what it holds; "" when neither."""
+    for name, (annotation, _) in interface.items():
+        options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+        for option in options:
+            if isinstance(option, type) and issubclass(option, StrictFromJson):
+                if key in {f.name for f in dataclasses.fields(option)}:
+                    return f": it is a setting of {name}; write it under {name}:"
+    for other, sections in _SECTIONS.items():
+        if key in sections and other != workflow and workflow in _INSTEAD:
+            return f": it is a section of {other}'s inputs, not of {workflow}'s; {_INSTEAD[workflow]}"
+    return ""
 
 
 def _read(key: str, annotation: Any, value: Any) -> Any:
@@ -58,8 +91,9 @@ def _read(key: str, annotation: Any, value: Any) -> Any:
         return annotation.from_mapping(value, key)
     item = _list_item(annotation)
     if item is not None and isinstance(item, type) and issubclass(item, StrictFromJson):
-        if not isinstance(value, list):
-            raise SpecError(f"{key} must be a list, got {value!r}")
+        first = dataclasses.fields(item)[0].name  # an item written from one name: {arm: liger}
+        example = getattr(item, "LIST_EXAMPLE", "")
+        check_list(key, value, dict, key, example, wrap=f"{{{{{first}: {{}}}}}}")
         problems, items = Problems(), []
         for index, element in enumerate(value):
             with problems.check():

@@ -56,6 +56,52 @@ def choice(default: Any, choices: Collection[Any]) -> Any:
     return setting(default, requirement(lambda v: v in choices, f"must be one of {list(choices)}"))
 
 
+def list_of(item: type, item_name: str, example: str) -> Rule:
+    """A list-valued setting's shape (`check_list`): the rule that goes before the rules of its items."""
+
+    def rule(key: str, value: Any) -> None:
+        check_list(key, value, item, item_name, example)
+
+    return rule
+
+
+def check_list(
+    key: str, value: Any, item: type | None, item_name: str = "items", example: str = "a, b", wrap: str = "{}"
+) -> None:
+    """`value` a list whose items are each an `item` (any item when None), never a list or a mapping themselves;
+    a list's usual slips named with what to write instead: null (every item commented out), a bare value (`kernels:
+    rms_norm`), a mapping of on/off switches (`{rms_norm: false, swiglu: true}`: list the wanted names), a nested
+    list. `item_name` names the items in the messages, `example` is a list's items as they are written; `wrap`
+    spells one item from its name (`{{arm: {}}}` for a section's items)."""
+    name = key.rsplit(".", 1)[-1]
+    if value is None:
+        raise SpecError(
+            f"{key} is null (is every item commented out?): write a list, e.g. {name}: [{example}], or leave "
+            f"{name} out for its default"
+        )
+    if isinstance(value, dict):
+        wanted = [str(k) for k, on in value.items() if on is True]
+        listed = ", ".join(wrap.format(k) for k in wanted) or example
+        raise SpecError(
+            f"{key} must be a list, got the mapping {value!r}: list the wanted {item_name} instead "
+            f"({name}: [{listed}]); a name left out is not run"
+        )
+    if not isinstance(value, list):
+        raise SpecError(f"{key} must be a list, got {value!r}: write {name}: [{wrap.format(value)}]")
+    problems = []
+    for index, element in enumerate(value):
+        if isinstance(element, list) or (isinstance(element, dict) and item is not dict):
+            shape = "a nested list" if isinstance(element, list) else "a mapping"
+            problems.append(
+                f"{key}[{index}] is {shape}, {element!r}: write the {item_name} in one flat list, e.g. {name}: "
+                f"[{example}]"
+            )
+        elif item is not None and (not isinstance(element, item) or (isinstance(element, bool) and item is not bool)):
+            problems.append(f"{key}[{index}] must be {item.__name__}, got {element!r}")
+    if problems:
+        raise SpecError(*problems)
+
+
 def check_fields(settings: Any, section: str, names: Collection[str] | None = None, typed: bool = False) -> None:
     """Every field's rules (only those of `names`, when given), every problem in one SpecError, in field order.
     `typed`: each value is first checked against its field's annotation, for sections whose rules assume it."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.rules import check_fields, choice, is_integer, requirement, setting
+from finetune_bench.inputs.rules import check_fields, choice, is_integer, list_of, requirement, setting
 from finetune_bench.inputs.settings import StrictFromJson
 
 # The kernels benchmarked here, named as Liger's benchmark scripts name them (`kernel_name` in their data), each
@@ -186,7 +186,7 @@ class KernelBenchmarkSettings(StrictFromJson):
 
     # Kernels to run (empty: all of them): rms_norm, layer_norm, rope, swiglu, geglu, cross_entropy,
     # fused_linear_cross_entropy, fused_add_rms_norm, dyt, relu_squared, kl_div.
-    kernels: list[str] = setting([], _known_kernels)
+    kernels: list[str] = setting([], list_of(str, "kernel names", "rms_norm, swiglu"), _known_kernels)
     # Whose shapes (hidden size, MLP size, vocabulary, heads): a bundled architecture (`llama-3-8b`,
     # `qwen2.5-7b`, `phi-3-mini`, `mistral-7b`, `gemma-2-2b`, ...; the names `random:` takes).
     model: str = setting("llama-3-8b", _bundled_architecture)
@@ -195,7 +195,7 @@ class KernelBenchmarkSettings(StrictFromJson):
     # The inputs' dtype (the cross entropy's logits stay float32, as in Liger's own benchmark).
     dtype: str = choice("bfloat16", DTYPES)
     # The passes measured: forward, backward (of one forward's output), full (both).
-    modes: list[str] = setting(list(MODES), _known_modes)
+    modes: list[str] = setting(list(MODES), list_of(str, "modes", "forward, full"), _known_modes)
     # Also time and measure torch.compile of the reference (`torch_compile` provider).
     compile_reference: bool = False
     # triton.testing.do_bench's time budgets per point: warm-up and measurement, in milliseconds.

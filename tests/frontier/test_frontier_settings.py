@@ -1,0 +1,51 @@
+"""The frontier's list-valued input (`arms`) refuses a list's usual slips, read from a file and called from Python;
+a section of another workflow's inputs points at the frontier's own."""
+
+import pytest
+
+from finetune_bench.frontier.settings import FrontierArm, _check_arms
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.reading import read_inputs
+from finetune_bench.inputs.settings import TrainingArgs
+
+INTERFACE = {
+    "arms": (list[FrontierArm] | None, None),
+    "n_runs": (int, 1),
+}
+
+
+def problems(data: dict) -> list[str]:
+    return read_inputs(data, INTERFACE, "memory_frontier").problems
+
+
+def test_a_bare_arm_is_one_message_saying_how_to_list_it():
+    assert problems({"arms": "liger"}) == ["arms must be a list, got 'liger': write arms: [{arm: liger}]"]
+
+
+def test_an_on_off_mapping_of_arms_lists_the_wanted_ones():
+    (problem,) = problems({"arms": {"liger": True, "baseline": False}})
+    assert "arms must be a list, got the mapping" in problem and "(arms: [{arm: liger}])" in problem
+
+
+def test_a_nested_list_of_arms_is_named():
+    (problem,) = problems({"arms": [[{"arm": "liger"}]]})
+    assert problem.startswith("arms[0] is a nested list")
+
+
+def test_arms_called_from_python_are_checked_too():
+    with pytest.raises(SpecError, match="arms must be a list, got 'liger'"):
+        _check_arms("liger")
+
+
+def test_the_benchmarks_experiment_args_point_at_the_frontiers_own_sections():
+    (problem,) = problems({"experiment_args": {"arm": ["liger", "baseline"]}})
+    assert problem.startswith("experiment_args is not an input of memory_frontier: it is a section of ")
+    assert "its arms go under arms: ([{arm: liger}, {arm: baseline}])" in problem
+
+
+def test_a_training_setting_at_the_top_points_at_its_section():
+    interface = {**INTERFACE, "training_args": (TrainingArgs, None)}
+    (problem,) = read_inputs({"max_steps": 4}, interface, "memory_frontier").problems
+    assert problem == (
+        "max_steps is not an input of memory_frontier: it is a setting of training_args; write it under training_args:"
+    )

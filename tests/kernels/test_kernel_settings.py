@@ -1,0 +1,47 @@
+"""The kernel benchmark's list-valued settings refuse a list's usual slips with one message each, never a traceback."""
+
+import pytest
+
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.kernels.settings import KernelBenchmarkSettings
+
+
+def refusal(data: dict) -> list[str]:
+    with pytest.raises(SpecError) as error:
+        KernelBenchmarkSettings.from_mapping(data)
+    return error.value.problems
+
+
+def test_kernels_left_null_is_a_message_not_a_type_error():
+    assert refusal({"kernels": None}) == [
+        "sweep.kernels is null (is every item commented out?): write a list, e.g. kernels: [rms_norm, swiglu], or "
+        "leave kernels out for its default"
+    ]
+
+
+def test_a_nested_list_of_kernels_is_named():
+    (problem,) = refusal({"kernels": [["rms_norm", "swiglu"]]})
+    assert problem.startswith("sweep.kernels[0] is a nested list, ['rms_norm', 'swiglu']: write the kernel names in")
+
+
+def test_a_bare_kernel_name_is_one_message_not_one_per_letter():
+    assert refusal({"kernels": "rms_norm"}) == [
+        "sweep.kernels must be a list, got 'rms_norm': write kernels: [rms_norm]"
+    ]
+
+
+def test_an_on_off_mapping_of_kernels_is_refused_with_the_wanted_names():
+    (problem,) = refusal({"kernels": {"rms_norm": False, "swiglu": True}})
+    assert "sweep.kernels must be a list, got the mapping" in problem
+    assert "list the wanted kernel names instead (kernels: [swiglu])" in problem
+
+
+@pytest.mark.parametrize("modes", [None, "forward", [["forward"]], {"forward": True}])
+def test_modes_have_the_same_strictness(modes):
+    (problem,) = refusal({"modes": modes})
+    assert problem.startswith("sweep.modes")
+    assert "is not a mode" not in problem
+
+
+def test_a_list_of_kernels_still_reads():
+    assert KernelBenchmarkSettings.from_mapping({"kernels": ["rms_norm"]}).kernels == ["rms_norm"]
