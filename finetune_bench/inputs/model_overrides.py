@@ -24,6 +24,7 @@ from typing import Any
 
 from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config, looks_like_path
 from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.inputs.model_checks import override_value_problems, vocabulary_problem
 
 OVERRIDES_KEY = "training_args.model_config_overrides"
 
@@ -144,11 +145,22 @@ def check_model_config_overrides(model_name: str, text: str, where: str = "") ->
         return
     config = config_known_at_planning(model_name)
     if config is None:
-        pretrained_shape_problems = _pretrained_problems(model_name, overrides, {}, where)
-        if pretrained_shape_problems:
-            raise SpecError(*pretrained_shape_problems)
+        problems = override_value_problems(overrides, where) + _pretrained_problems(model_name, overrides, {}, where)
+        if problems:
+            raise SpecError(*problems)
         return
     check_overrides_against_config(model_name, config, overrides, where)
+
+
+def config_at_planning(model_name: str, text: str) -> dict | None:
+    """The config a condition's model is built from, overrides applied, where it is known before any download (a
+    `random:` model, a local directory); None for a hub id, or overrides that do not parse (refused on their own)."""
+    try:
+        config = config_known_at_planning(model_name)
+        overrides = parse_config_overrides(text)
+    except (SpecError, ValueError, OSError):
+        return None
+    return None if config is None else apply_config_overrides(config, overrides)
 
 
 def is_pretrained(model_name: str) -> bool:
@@ -204,7 +216,9 @@ def check_overrides_against_config(
             problem = _type_problem(name, value, _current_value(config, name))
             if problem:
                 problems.append(f"{OVERRIDES_KEY}: {problem}{where}")
+    problems += override_value_problems(overrides, where)
     problems += _pretrained_problems(model_name, overrides, config, where)
+    problems += [p for p in [vocabulary_problem(model_name, config, overrides, where)] if p]
     if problems:
         raise SpecError(*problems)
     _check_overridden_model(model_name, apply_config_overrides(config, overrides), where)

@@ -26,6 +26,7 @@ from finetune_bench.inputs.catalog import (
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
+from finetune_bench.inputs.model_checks import check_scheduler
 from finetune_bench.inputs.model_overrides import check_config_overrides_syntax, check_model_config_overrides
 from finetune_bench.inputs.rules import (
     check_field,
@@ -194,7 +195,7 @@ class TrainingArgs(StrictFromJson):
     # the share of max_steps spent warming the learning rate up, and the weight decay.
     optim: str = choice("adamw_torch", OPTIMIZERS)
     learning_rate: float = positive(2e-5)
-    lr_scheduler_type: str = "cosine"
+    lr_scheduler_type: str = setting("cosine", check_scheduler)
     warmup_ratio: float = fraction(0.0)
     weight_decay: float = non_negative(0.0)
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.

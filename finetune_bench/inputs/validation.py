@@ -32,7 +32,8 @@ from finetune_bench.inputs.catalog import (
 )
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.loss_paths import CCE_CRITERION, CCE_INSTALL_HINT, CCE_MODULE
-from finetune_bench.inputs.model_overrides import check_model_config_overrides
+from finetune_bench.inputs.model_checks import lora_target_problem, position_table_problem
+from finetune_bench.inputs.model_overrides import check_model_config_overrides, config_at_planning
 from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
@@ -190,6 +191,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
     _check_attention_and_allocator(training_args, where)
     if "model_config_overrides" in swept:  # an unswept value is checked with the rest of training_args
         check_model_config_overrides(training_args.model_name, training_args.model_config_overrides, where)
+    _check_model_shape(training_args, where)
     batch = training_args.examples_per_step
     generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
     training_examples = training_args.synthetic_num_examples - training_args.eval_examples
@@ -231,6 +233,21 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
     _check_cut_cross_entropy(training_args, arm, where)
     _check_float8(training_args, arm, where)
+
+
+def _check_model_shape(training_args: TrainingArgs, where: str) -> None:
+    """What the model's config (known at planning for a `random:` model or a local directory) rules out of this
+    condition: sequences longer than an absolute position table, LoRA targets that name no module."""
+    t = training_args
+    config = config_at_planning(t.model_name, t.model_config_overrides)
+    if config is None:
+        return
+    problems = [position_table_problem(t.model_name, config, t.max_seq_length, where)]
+    if t.lora_rank > 0:
+        problems.append(lora_target_problem(t.model_name, config, t.lora_target_modules, where))
+    problems = [p for p in problems if p]
+    if problems:
+        raise SpecError(*problems)
 
 
 def _check_float8(training_args: TrainingArgs, arm: Arm, where: str) -> None:
