@@ -1,0 +1,149 @@
+"""What the tabs' figures share: the grid's axes (batch size on x, one panel per value of the other axes), bars of
+a metric per condition with failed conditions marked, and the loss curves (training and held-out)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from finetune_bench.analysis.tables import METRIC_BY_COLUMN  # noqa: E402
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
+from finetune_bench.reporting.html import arm_palette, short_number  # noqa: E402
+from finetune_bench.results.record import ERROR, LOST, NONFINITE, OK, OOM, PREDICTED_OOM, TIMEOUT  # noqa: E402
+
+BATCH = "per_device_train_batch_size"
+SEQ = "max_seq_length"
+FAILED_STATUSES_MARK = {
+    PREDICTED_OOM: "P-OOM",
+    OOM: "OOM",
+    ERROR: "ERR",
+    TIMEOUT: "T/O",
+    NONFINITE: "NaN",
+    LOST: "LOST",
+}
+
+
+def with_arm(table: pd.DataFrame) -> pd.DataFrame:
+    return table if "arm" in table else table.assign(arm="(one arm)")
+
+
+def x_axis(swept: list[str]) -> str:
+    if BATCH in swept:
+        return BATCH
+    others = [axis for axis in swept if axis != "arm"]
+    return others[0] if others else "condition_id"
+
+
+def panels(data: pd.DataFrame, facets: list[str]) -> pd.Series:
+    """A label per row naming its values of the facet axes (one panel per label)."""
+    if not facets:
+        return pd.Series("", index=data.index)
+    labels = data[facets].apply(lambda column: column.name + "=" + column.astype(str))
+    return labels.agg(", ".join, axis=1)
+
+
+def axis_label(column: str) -> str:
+    """A results column as a figure's axis: what the metric measures and its unit (`measuring.metrics`)."""
+    metric = METRIC_BY_COLUMN[column]
+    return f"{metric.description} ({metric.column_unit})"
+
+
+def bar_panel(
+    table: pd.DataFrame,
+    metric: str,
+    swept: list[str],
+    title: str,
+    capacity_gib: float | None = None,
+    ylabel: str | None = None,
+) -> plt.Figure:
+    """Median of `metric` (a results column) over ok runs per condition (bars, min–max over repeats as error
+    bars), one panel per value of the axes other than the arm and x; failed conditions marked, never dropped; a
+    dashed line at the GPU's capacity when given. The y axis names the metric (`axis_label`) unless `ylabel`
+    does (a column the analysis adds)."""
+    ylabel = ylabel or axis_label(metric)
+    x = x_axis(swept)
+    facets = [axis for axis in swept if axis not in ("arm", x)]
+    data = with_arm(table).copy()
+    data["panel"] = panels(data, facets)
+    panel_labels = list(dict.fromkeys(data["panel"]))
+    order = sorted(data[x].unique())
+    palette = arm_palette(data["arm"])
+    hue_order = list(palette)
+    fig, axes = plt.subplots(
+        1, len(panel_labels), figsize=(max(6, 5.5 * len(panel_labels)), 4.2), squeeze=False, sharey=True
+    )
+    for ax, panel in zip(axes[0], panel_labels, strict=True):
+        subset = data[data["panel"] == panel]
+        ok = subset[(subset["status"] == OK) & subset[metric].notna()]
+        if not ok.empty:
+            sns.barplot(
+                data=ok, x=x, y=metric, hue="arm", order=order, hue_order=hue_order, palette=palette,
+                estimator="median", errorbar=("pi", 100), capsize=0.1, dodge=True, ax=ax,
+            )  # fmt: skip
+        mark_failures(ax, subset, x, order, hue_order)
+        if capacity_gib:
+            ax.axhline(capacity_gib, color="#C00000", linestyle="--", linewidth=1)
+            ax.text(0.01, capacity_gib, f" GPU capacity {capacity_gib:.0f} GiB", color="#C00000", va="bottom",
+                    fontsize=8, transform=ax.get_yaxis_transform())  # fmt: skip
+        ax.set_xlim(-0.5, len(order) - 0.5)
+        ax.set_xticks(range(len(order)), [str(v) for v in order])
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel)
+        ax.set_ylim(bottom=0)
+        for container in ax.containers:
+            if hasattr(container, "datavalues"):
+                ax.bar_label(container, fmt=short_number, fontsize=8, padding=2)
+        ax.get_legend() and ax.get_legend().remove()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[arm]) for arm in hue_order]
+    fig.legend(handles, hue_order, title="arm", loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_order: list[str]) -> None:
+    """Write OOM / ERR / T/O / NaN / LOST where a condition has no ok run, at its bar's position."""
+    width = 0.8 / max(len(hue_order), 1)
+    for (x_value, arm), cell in subset.groupby([x, "arm"]):
+        if (cell["status"] == OK).any():
+            continue
+        worst = cell["status"].mode().iloc[0]
+        position = order.index(x_value) - 0.4 + width * (hue_order.index(arm) + 0.5)
+        ax.text(
+            position, 0.02, FAILED_STATUSES_MARK.get(worst, worst.upper()), transform=ax.get_xaxis_transform(),
+            ha="center", va="bottom", rotation=90, color="#C00000", fontweight="bold",
+        )  # fmt: skip
+
+
+def loss_curves_figure(
+    steps: pd.DataFrame,
+    swept: list[str],
+    max_panels: int = 12,
+    column: str = "loss",
+    title: str = "Training loss per step (one line per run)",
+) -> plt.Figure | None:
+    """`column` (the training loss, or the held-out loss) per step, one panel per condition of the other axes,
+    every run of every arm overlaid."""
+    if steps is None or steps.empty or column not in steps or steps[column].isna().all():
+        return None
+    facets = [axis for axis in swept if axis != "arm"]
+    data = with_arm(steps[steps[column].notna()]).copy()
+    data["panel"] = panels(data, facets)
+    panel_labels = list(dict.fromkeys(data["panel"]))[:max_panels]
+    data = data[data["panel"].isin(panel_labels)]
+    palette = arm_palette(data["arm"])
+    columns = min(len(panel_labels), 3)
+    # Dashed baseline under solid arms: curves that match exactly stay visible.
+    dashes = {arm: (4, 2) if arm in (BASELINE, BASELINE_REPEAT) else "" for arm in palette}
+    grid = sns.relplot(
+        data=data, x="step", y=column, hue="arm", hue_order=list(palette), palette=palette, units="run_number",
+        style="arm", style_order=list(palette), dashes=dashes, estimator=None, kind="line", col="panel",
+        col_wrap=columns if len(panel_labels) > 1 else None, height=3.2, aspect=1.4, alpha=0.8,
+        facet_kws={"sharey": False},
+    )  # fmt: skip
+    grid.set_titles("{col_name}")
+    grid.figure.suptitle(title, y=1.02)
+    return grid.figure

@@ -1,0 +1,51 @@
+"""The Summary's "How much faster, how much leaner, how sure": each arm against the baseline over paired runs."""
+
+import pandas as pd
+
+from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI
+from finetune_bench.reporting.benchmark_tabs.cells import ratio_text
+from finetune_bench.reporting.html import table_html
+
+# Each compared metric: its column prefix in the paired statistics and its name in the table.
+COMPARED = (
+    ("throughput", "throughput"),
+    ("steady_throughput", "steady-state throughput"),
+    ("peak_reserved", "peak reserved memory"),
+    ("energy_per_token", "energy per token"),
+)
+
+
+def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """The paired statistics as a reader wants them: ratio [CI], p, significant, noise floor, note."""
+    others = [axis for axis in swept if axis != "arm"]
+    out = paired[["arm", *others, "pairs"]].copy()
+    for name, label in COMPARED:
+        if f"{name}_ratio" not in paired or paired[f"{name}_ratio"].isna().all():  # energy: not measured here
+            continue
+        out[f"{label} ×"] = [
+            ratio_text(r, lo, hi)
+            for r, lo, hi in zip(
+                paired[f"{name}_ratio"], paired[f"{name}_ci_low"], paired[f"{name}_ci_high"], strict=True
+            )  # fmt: skip
+        ]
+        out[f"{label} p"] = paired[f"{name}_p_value"]
+        if f"{name}_noise_floor" in paired:
+            out[f"{label} noise floor"] = paired[f"{name}_noise_floor"].map(
+                lambda v: f"±{v:.1%}" if pd.notna(v) else "–"
+            )
+    out["throughput significant"] = paired.get("throughput_significant")
+    out["note"] = paired.get("note", "")
+    return out
+
+
+def how_sure_html(a: GridAnalysis) -> str:
+    """The section (where runs were paired): how the ratios, intervals and tests were computed, then the table."""
+    return (
+        f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
+        f"ratio of runs paired by run number (× &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} "
+        f"bootstrap interval in brackets (from {MIN_PAIRS_FOR_CI} pairs), and a paired t-test on the "
+        f"logarithms at alpha {a.alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the noise floor: "
+        "a difference inside it is not distinguishable from run-to-run noise.</p>\n"
+        + table_html(how_sure_table(a.paired, a.swept))
+    )

@@ -1,0 +1,64 @@
+"""The Memory tab: peak allocated and reserved memory per condition against the GPU's capacity, which phase of a
+step sets the peak, and the memory model's prediction against what was measured."""
+
+import html
+
+from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.reporting.benchmark_tabs.figures import bar_panel
+from finetune_bench.reporting.html import figure_html, table_html
+from finetune_bench.results.record import PREDICTED_OOM
+
+
+def memory_tab(a: GridAnalysis) -> str:
+    table, swept = a.table, a.swept
+    parts = []
+    if table["peak_reserved_gib"].notna().any():
+        for metric, label in (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved")):
+            fig = bar_panel(table, metric, swept, f"{label.capitalize()} memory", a.capacity_gib)
+            parts.append(figure_html(fig, f"{label} memory by batch size"))
+        note = "PyTorch's allocator peaks (allocated: tensors; reserved: what the allocator holds from the GPU)."
+    else:
+        fig = bar_panel(table, "process_peak_rss_gib", swept, "Peak memory (host)")
+        parts.append(figure_html(fig, "peak memory by batch size"))
+        note = "No GPU: the process's peak resident memory on the host."
+    intro = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
+    return intro + "\n".join(parts) + phase_peaks_html(a) + prediction_html(a)
+
+
+def phase_peaks_html(a: GridAnalysis) -> str:
+    """Which phase sets each condition's peak allocated memory ("" where no run recorded the phases: a CPU)."""
+    if a.phase_peaks.empty:
+        return ""
+    return (
+        "<h3>Which phase sets the peak</h3><p>Per condition, the peak memory held by tensors during each phase of a "
+        "step (median over ok runs, GiB; on several GPUs the largest rank's): the forward pass (with the loss where "
+        "the model computes it in its forward, as its own loss and Liger's fused one do), the loss where it is "
+        "computed apart, the backward pass, the optimizer step, and the held-out evaluations. The phase that sets the "
+        "peak is the one an arm must make leaner to lower it: a saving in another phase does not show in the peak."
+        "</p>" + "".join(f"<p><b>{html.escape(line)}</b></p>" for line in a.hidden_savings) + table_html(a.phase_peaks)
+    )
+
+
+def prediction_html(a: GridAnalysis) -> str:
+    """The memory model's prediction against the measured peak of every ok run, and what it skipped."""
+    parts = []
+    skipped = a.table[a.table["status"] == PREDICTED_OOM]
+    if not skipped.empty:
+        parts.append(
+            f"<p>{len(skipped)} run(s) were not launched: the memory model predicts they run out of memory "
+            "(<code>skip_predicted_oom</code>). Their reasons are under Conditions.</p>"
+        )
+    errors = a.memory_prediction
+    if errors.empty:
+        return "<h3>Predicted memory</h3>" + "".join(parts) if parts else ""
+    worst = errors["error"].abs().max()
+    parts.append(
+        f"<p>The memory model (predicted before the runs, from the model's config and the settings) against the "
+        f"measured peak reserved memory: median error {errors['error'].abs().median():.1%}, largest "
+        f"{worst:.1%}, over {len(errors)} ok run(s). Positive: predicted above measured.</p>"
+    )
+    shown = errors.rename(
+        columns={"predicted_peak_reserved_gib": "predicted GiB", "peak_reserved_gib": "measured GiB"}
+    ).assign(error=lambda t: t["error"].map(lambda e: f"{e:+.1%}"))
+    parts.append(table_html(shown.round(2)))
+    return "<h3>Predicted memory</h3>" + "".join(parts)

@@ -1,0 +1,76 @@
+"""The Step times tab: every step's duration per condition, the steady-state throughput explained, and the runs
+that slow steps moved."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
+
+from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E402
+from finetune_bench.reporting.html import arm_order, arm_palette, figure_html, table_html  # noqa: E402
+
+
+def step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
+    """Every step's duration per condition: the measured steps as a box, warm-up steps as red crosses."""
+    if steps is None or steps.empty or "step_time_s" not in steps:
+        return None
+    data = with_arm(steps).copy()
+    data["condition"] = data["condition_id"]
+    # Arms in report order, then the other axes by value (batch 4 before 16), not alphabetically.
+    rank = {arm: i for i, arm in enumerate(arm_order(data["arm"]))}
+    keys = [axis for axis in swept if axis != "arm" and axis in data]
+    ordered = data.assign(_arm=data["arm"].map(rank)).sort_values(["_arm", *keys])
+    order = list(dict.fromkeys(ordered["condition"]))
+    warmup = data["is_warmup"].astype(str).str.lower().isin(["true", "1"])
+    palette = arm_palette(data["arm"])
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.38 * len(order) + 1)))
+    measured = data[~warmup]
+    if not measured.empty:
+        sns.boxplot(
+            data=measured, y="condition", x="step_time_s", hue="arm", order=order, hue_order=list(palette),
+            palette=palette, orient="h", fliersize=2, ax=ax, legend=True, dodge=False,
+        )  # fmt: skip
+    if warmup.any():
+        ax.scatter(data.loc[warmup, "step_time_s"], data.loc[warmup, "condition"].map(order.index), marker="x",
+                   color="#C00000", label="warm-up step", zorder=3)  # fmt: skip
+    if "new_shape" in data:
+        new = ~warmup & data["new_shape"].astype(str).str.lower().isin(["true", "1"])
+        if new.any():
+            ax.scatter(data.loc[new, "step_time_s"], data.loc[new, "condition"].map(order.index), marker="^",
+                       facecolors="none", edgecolors="#333333", label="new batch shape", zorder=4)  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("step time (s, log scale)")
+    ax.set_ylabel("")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title("Step times per condition (warm-up steps excluded from the boxes)")
+    fig.tight_layout()
+    return fig
+
+
+def step_times_tab(a: GridAnalysis) -> str:
+    times = step_time_figure(a.steps, a.swept)
+    if times is None:
+        return "<p>No run recorded a step.</p>"
+    parts = [
+        figure_html(times, "step time distribution"),
+        "<p>A timed step that fed a batch shape its run had not fed before (on several GPUs: any rank) can be slow "
+        "once: kernels and libraries specialise for the shape. The <b>steady-state throughput</b> counts every timed "
+        "step's tokens at the time the steps that met no new shape take for their size (a robust line of step time "
+        "against padded tokens), so no single slow step moves it; the <b>new-shape cost</b> is what the new-shape "
+        "steps took beyond that (columns <code>steady_tokens_per_second</code>, <code>new_shape_steps</code>, "
+        "<code>new_shape_cost_s</code>, <code>outlier_steps</code> in the Runs table).</p>",
+    ]
+    if not a.skewed_runs.empty:
+        parts.append(
+            "<h3>Runs moved by slow steps</h3><p>Runs whose throughput over all timed steps differs from their steady "
+            "state by more than the A/A noise floor (3 % without an A/A arm); <code>timing_skew</code> is steady over "
+            "all-steps throughput, less 1.</p>" + table_html(a.skewed_runs)
+        )
+    return "\n".join(parts)

@@ -1,0 +1,78 @@
+"""The Summary tab, the answer first: what was not kept, the runs' statuses, one verdict per arm, how sure, what
+fits, what to run, whether the loss still matches, and the environment."""
+
+import html
+
+from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.analysis.tables import ran_on_cpu
+from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
+from finetune_bench.reporting.benchmark_tabs.environment import environment_html
+from finetune_bench.reporting.benchmark_tabs.how_sure import how_sure_html
+from finetune_bench.reporting.html import table_html
+
+CPU_WARNING = (
+    "These runs happened on a CPU. Their timings say nothing about Liger's speed: on a CPU the "
+    "liger arm runs its Triton kernels in the Triton interpreter, about 100x slower than eager "
+    "PyTorch. Use a CPU run only to check that the workflow works; measure on a GPU."
+)
+
+
+def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
+    """The answer first: what was not kept, the runs' statuses, one verdict per arm, how sure, what fits, what
+    to run, whether the loss still matches, and the environment."""
+    table = a.table
+    overview = []
+    if ran_on_cpu(table):
+        overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
+    if a.problems:
+        items = "".join(f"<li>{html.escape(problem)}</li>" for problem in a.problems)
+        overview.append(
+            '<div class="warning"><b>Not everything was kept.</b> These runs were measured and are in this '
+            f"report, but what follows went wrong around them (the workflow ends with a failing status):<ul>{items}"
+            "</ul></div>"
+        )
+    if a.reuse_note:
+        overview.append(f'<div class="warning"><b>Reused runs.</b> {html.escape(a.reuse_note)}</div>')
+    for note in notes:
+        overview.append(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>')
+    counts = table["status"].value_counts()
+    overview.append(
+        "<p>"
+        + html.escape(f"{len(table)} runs of {table['condition_id'].nunique()} conditions: ")
+        + html.escape(", ".join(f"{n} {status}" for status, n in counts.items()))
+        + "</p>"
+    )
+    if a.not_launched:
+        items = "".join(f"<li>{html.escape(reason)}</li>" for reason in a.not_launched)
+        overview.append(f"<p>Not launched (every other run was):</p><ul>{items}</ul>")
+    if experiment_name:
+        overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
+    overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
+    overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)
+    overview.extend(
+        f'<p class="verdict">{html.escape(line)} (Memory: which phase sets the peak)</p>' for line in a.hidden_savings
+    )
+    if not a.skewed_runs.empty:
+        overview.append(
+            f'<div class="warning"><b>Slow steps.</b> {len(a.skewed_runs)} run(s) whose throughput over all timed '
+            "steps differs from their steady state by more than the noise floor: see Step times.</div>"
+        )
+    if not a.paired.empty:
+        overview.append(how_sure_html(a))
+    overview.append(energy_and_cost_html(a))
+    if not a.fitting.empty:
+        overview.append(
+            "<h3>What fits</h3><p>The largest batch size with an ok run, and the smallest that ran out of memory, "
+            "per arm.</p>" + table_html(a.fitting)
+        )
+    if not a.recommended.empty:
+        overview.append(
+            "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
+            "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>"
+            + table_html(a.recommended)
+        )
+    overview.extend(f"<p><b>{html.escape(line)}</b></p>" for line in (a.parity_verdict, a.held_out_verdict) if line)
+    environment = environment_html(a)
+    if environment:
+        overview.append(environment)
+    return "\n".join(overview)
