@@ -119,6 +119,34 @@ def _typed(value: str) -> Override:
         return value
 
 
+def canonical_overrides(text: str) -> tuple:
+    """What `text` sets, whatever its spelling: the pairs in key order, each value typed (`5.0e5` is `500000.0`,
+    spaces and order do not count; true stays apart from 1)."""
+    overrides = parse_config_overrides(text)
+    return tuple(sorted((name, (type(value) is bool, value)) for name, value in overrides.items()))
+
+
+def check_overrides_sweep(key: str, values: list) -> None:
+    """A sweep of overrides whose every value sets something else: two spellings of the same overrides would train
+    the same model twice under two names."""
+    seen: dict[tuple, str] = {}
+    problems = []
+    for value in values:
+        try:
+            canonical = canonical_overrides(value)
+        except SpecError:  # refused on its own
+            continue
+        if canonical in seen:
+            problems.append(
+                f"{key}: {seen[canonical]!r} and {value!r} set the same overrides (spaces, order and the spelling of a "
+                "number do not count): the same model would be trained twice; keep one"
+            )
+        else:
+            seen[canonical] = value
+    if problems:
+        raise SpecError(*problems)
+
+
 def check_config_overrides_syntax(key: str, value: Any) -> None:
     """The setting's own rule: overrides that parse (what they may change is checked against the model's config)."""
     parse_config_overrides(value, key)

@@ -27,7 +27,11 @@ from finetune_bench.inputs.catalog import (
 )
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.model_checks import check_scheduler
-from finetune_bench.inputs.model_overrides import check_config_overrides_syntax, check_model_config_overrides
+from finetune_bench.inputs.model_overrides import (
+    check_config_overrides_syntax,
+    check_model_config_overrides,
+    check_overrides_sweep,
+)
 from finetune_bench.inputs.rules import (
     check_field,
     check_fields,
@@ -293,6 +297,12 @@ def validate_training_args(training_args: TrainingArgs) -> None:
                 f"max_steps ({t.max_steps}): no step would be measured"
             )
     with problems.check():
+        if t.profile_steps != _TRAINING_FIELDS["profile_steps"].default and not t.profile:
+            raise SpecError(
+                f"training_args.profile_steps ({t.profile_steps}) with profile false: no step is profiled, so it "
+                "would change nothing; set profile: true, or leave profile_steps out"
+            )
+    with problems.check():
         catalog.check_model_name(t.model_name)
         check_model_config_overrides(t.model_name, t.model_config_overrides)  # read against the model's config
     with problems.check():
@@ -410,6 +420,8 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
                 raise SpecError(f"experiment_args.{name} must be a list of values, got {values!r}")
             if len(set(map(repr, values))) != len(values):
                 raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
+            if name == "model_config_overrides":
+                check_overrides_sweep(f"experiment_args.{name}", values)
         for value in values if isinstance(values, list) else []:
             with problems.check():
                 check_setting(f"experiment_args.{name}", name, value)

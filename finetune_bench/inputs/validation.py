@@ -182,6 +182,12 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"training_args.eval_steps ({training_args.eval_steps}) with eval_examples 0{where}: nothing is held out, "
             "so nothing would be evaluated; set eval_examples (the examples to hold out) or eval_steps 0"
         )
+    if training_args.eval_examples and training_args.eval_steps > training_args.max_steps:
+        raise SpecError(
+            f"training_args.eval_steps ({training_args.eval_steps}) is larger than max_steps "
+            f"({training_args.max_steps}){where}: no evaluation falls between the first step and the last, which are "
+            f"evaluated anyway; set eval_steps at most {training_args.max_steps}, or 0 (only after the last step)"
+        )
     if training_args.eval_examples and not record.trains:
         raise SpecError(
             f"training_args.eval_examples ({training_args.eval_examples}) with backend {backend!r}{where}: "
