@@ -5,18 +5,23 @@ Imported only where the training image runs (the benchmark's dynamic node, the t
 Elastic task needs torch, which the analysis image leaves out.
 """
 
+import dataclasses
 import itertools
+import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from flytekit import PythonFunctionTask, current_context, task
+from flytekit.core.task import TaskPlugins
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
+from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 
 from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.store import ResultStore
-from finetune_bench.running.ranks import run_on_ranks
+from finetune_bench.running.ranks import node_fork_server, run_on_ranks
 from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image
@@ -24,6 +29,27 @@ from tasks.records import TrainOutput
 from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, WANDB_SECRETS, train_resources
 from tasks.train import logged_output, source_versions, train_condition
 from tasks.wandb_runs import add_wandb_link_to_map_tasks, with_wandb_link
+
+
+@dataclasses.dataclass
+class RanksElastic(Elastic):
+    """The `Elastic` settings of a train task whose launch offers its ranks a fork server (`RanksElasticTask`)."""
+
+
+class RanksElasticTask(PytorchElasticFunctionTask):
+    """flytekitplugins-kfpytorch's Elastic task, whose process (the pod's, or `pyflyte run`'s locally) offers the
+    ranks it launches a fork server for their training children (`running.ranks.node_fork_server`): its imports
+    overlap the ranks' start, and locally, where one process launches run after run, they are paid once."""
+
+    def execute(self, **kwargs: Any) -> Any:
+        if self.task_config.nproc_per_node > 1:
+            # one thread per rank unless set, as torchrun and the plugin do: set before the server imports under it
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+        with node_fork_server(kwargs["planned_run"]):
+            return super().execute(**kwargs)
+
+
+TaskPlugins.register_pythontask_plugin(RanksElastic, RanksElasticTask)
 
 
 def train_ranks_of_condition(
@@ -77,7 +103,7 @@ def _elastic_train_task(num_nodes: int, num_gpus: int) -> PythonFunctionTask:
     train.__wrapped__ = train_ranks_of_condition
     train.__doc__ = f"One run on {num_nodes} node(s) × {num_gpus} GPU(s): {train_ranks_of_condition.__doc__}"
     elastic = task(
-        task_config=Elastic(
+        task_config=RanksElastic(
             nnodes=num_nodes,
             nproc_per_node=num_gpus,
             # /dev/shm through the task's own setting (the plugin's pod template is deprecated)

@@ -18,18 +18,26 @@ example TRITON_INTERPRET, which decides how Liger's Triton kernels are defined, 
 the server's own. A child's environment may differ from its server's only in `RUNTIME_ENV`, variables this project
 reads while a run runs; a run whose environment differs in anything else gets a server of its own (`start_child`).
 
-Processes: the launcher starts the server (`python -m finetune_bench.running.forkserver FD`, FD a listening Unix
+Processes: the launcher starts the server (`python -m finetune_bench.running.forkserver_process FD`, FD a listening
 socket), which imports, answers one `ready` line and serves one connection per run: it forks a keeper for the
 connection, the keeper forks the run's child and reports its pid, then its exit status as `subprocess.Popen` has it
 (negative: the signal that ended it). The child starts a session of its own, as a child of `subprocess.Popen(...,
 start_new_session=True)` did (a timeout kills its whole process group), and dies with its keeper, the keeper with
 the server, the server as soon as the launcher's pipe to it closes (however the launcher ended).
+The keeper also watches its connection: a launcher gone before its child (killed with SIGKILL, say) takes the
+child's process group with it.
+
+Ranks: a run on several GPUs is one PyTorch Elastic launch per run, whose rank processes (`running.ranks`) each
+supervise one training child. The process that launches them (the Elastic task's own process, which runs one
+launch after another locally) offers them a server of its own (`offered_to_ranks`), started as the launch begins,
+so that its imports overlap the ranks' start and are paid once per grid rather than once per rank and run. The
+ranks find it through `NODE_SERVER_ENV` (its address and the environment it imported under); a rank's child runs
+with that environment and the rank's own `RUNTIME_ENV` and `LAUNCH_ENV` (what PyTorch Elastic sets per rank).
 `FINETUNE_BENCH_FORK_SERVER=0` turns the server off: a fresh interpreter per run.
 """
 
 import atexit
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -41,18 +49,18 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from finetune_bench.running import faults
-from finetune_bench.running.worker import COLLECTIVE_TIMEOUT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV, die_with_parent
+from finetune_bench.running.worker import COLLECTIVE_TIMEOUT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 
 logger = logging.getLogger(__name__)
 
 ENABLED_ENV = "FINETUNE_BENCH_FORK_SERVER"
 WORKER_MODULE = "finetune_bench.running.worker"
+SERVER_MODULE = "finetune_bench.running.forkserver_process"
 # What every run's child imports, as far as it can be imported without initializing CUDA: transformers.modeling_utils
 # (and so every model class, peft, Liger's model patches, TRL and the backends) imports torchao when it is installed,
 # and torchao's import asks PyTorch for the GPU's properties (`torch.utils._triton.has_triton`), which initializes
@@ -78,6 +86,8 @@ PRELOAD = (
     "wandb",
     WORKER_MODULE,
 )
+# The server a rank's child forks from (`offered_to_ranks`): its address and its environment's digest, as JSON.
+NODE_SERVER_ENV = "FINETUNE_BENCH_NODE_FORK_SERVER"
 # Read while a run runs (never at import): a child's value may differ from its server's.
 RUNTIME_ENV = frozenset(
     {
@@ -88,14 +98,34 @@ RUNTIME_ENV = frozenset(
         LAUNCHED_AT_ENV,
         COLLECTIVE_TIMEOUT_ENV,
         PARENT_PID_ENV,
+        NODE_SERVER_ENV,
     }
 )
+# Set by PyTorch Elastic for each rank (torch.distributed.elastic's LocalElasticAgent), read when the rank's process
+# group starts, never at import: a rank's child and its node's server may differ in them.
+LAUNCH_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    }
+)
+LAUNCH_ENV_PREFIX = "TORCHELASTIC_"
 # Servers kept with no run in flight (each holds the imported modules' memory, about a gigabyte).
 MAX_IDLE_SERVERS = 2
 _READY_TIMEOUT_S = 900
 _CLOSE_GRACE_S = 5
 # torch.cuda.is_available() by NVML, which leaves the CUDA driver uninitialized (a fork after cuInit is unusable).
-_NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -111,7 +141,7 @@ class ForkedChild:
     """A run's child forked by a server, with what `running.launch` uses of a `subprocess.Popen`: `pid`,
     `wait(timeout)` (raising `subprocess.TimeoutExpired`) and `returncode`."""
 
-    def __init__(self, connection: socket.socket, args: list[str], server: "_Server") -> None:
+    def __init__(self, connection: socket.socket, args: list[str], server: "_Server | None") -> None:
         self.args = args
         self.returncode: int | None = None
         self._connection = connection
@@ -132,7 +162,8 @@ class ForkedChild:
                 logger.error("the fork server's keeper of child %d ended without its exit status", self.pid)
                 self.returncode = -signal.SIGKILL
             self._connection.close()
-            self._server.release()
+            if self._server is not None:  # one of this process's (a node's server is its launcher's)
+                self._server.release()
         return self.returncode
 
     def _line(self, timeout: float | None) -> str:
@@ -166,6 +197,34 @@ class _Server:
     # What the server could not import (the child imports it, and fails as a fresh interpreter would).
     not_imported: dict[str, str] = field(default_factory=dict)
     preload_s: float = 0.0
+    # Its ready line read (`await_ready`): until then a connection waits in the listener's queue.
+    ready: bool = False
+
+    def await_ready(self) -> None:
+        """Read the server's ready line (once its imports are done); ForkServerError when it did not start or
+        cannot fork safely (the server is closed then)."""
+        if self.ready:
+            return
+        stdout = self.process.stdout
+        ready, _, _ = select.select([stdout], [], [], _READY_TIMEOUT_S)
+        line = stdout.readline().decode() if ready else ""
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            self.close()
+            raise ForkServerError(
+                f"the fork server did not start (exit status {self.process.poll()}, answer {line.strip()[:200]!r})"
+            ) from None
+        if answer.get("unsafe"):
+            self.close()
+            raise ForkServerError(f"the fork server cannot fork safely: {answer['unsafe']}")
+        self.not_imported, self.preload_s, self.ready = (
+            answer.get("not_imported", {}),
+            answer.get("preload_s", 0.0),
+            True,
+        )
+        logger.info("fork server pid %d ready in %.1f s%s", self.process.pid, self.preload_s,
+                    f"; not imported: {self.not_imported}" if self.not_imported else "")  # fmt: skip
 
     def release(self) -> None:
         with _LOCK:
@@ -193,15 +252,22 @@ _SERVERS: dict[tuple, _Server] = {}
 _REFUSED: dict[tuple, str] = {}
 
 
+def _imported_under(name: str) -> bool:
+    """Whether the variable `name` may be read while the server imports (not `RUNTIME_ENV` nor `LAUNCH_ENV`)."""
+    return name not in RUNTIME_ENV and name not in LAUNCH_ENV and not name.startswith(LAUNCH_ENV_PREFIX)
+
+
 def server_key(env: Mapping[str, str]) -> tuple:
-    """What a server's environment must share with a child's: all but `RUNTIME_ENV`."""
-    return tuple(sorted((name, value) for name, value in env.items() if name not in RUNTIME_ENV))
+    """What a server's environment must share with a child's: all but `RUNTIME_ENV` and `LAUNCH_ENV`."""
+    return tuple(sorted((name, value) for name, value in env.items() if _imported_under(name)))
 
 
 def start_child(module_args: list[str], log_path: Path, env: Mapping[str, str]) -> ForkedChild | None:
     """Fork `python -m finetune_bench.running.worker <module_args>` with `env`, its output appended to `log_path`,
     from the server for `env` (started now if there is none); None when no server can: the caller starts a fresh
     interpreter."""
+    if NODE_SERVER_ENV in env:
+        return _start_at_node_server(env[NODE_SERVER_ENV], module_args, log_path, env)
     key = server_key(env)
     with _LOCK:
         if key in _REFUSED:
@@ -221,28 +287,103 @@ def start_child(module_args: list[str], log_path: Path, env: Mapping[str, str]) 
                 return None
             _SERVERS[key] = server
             _close_idle_servers(keep=server)
+        try:
+            server.await_ready()
+        except ForkServerError as exc:
+            del _SERVERS[key]
+            _REFUSED[key] = str(exc)
+            logger.warning("%s; each run starts a fresh interpreter instead", exc)
+            return None
         server.in_flight += 1
+    child = _request_child(server.address, module_args, log_path, env, server)
+    if child is None:
+        server.release()
+    return child
+
+
+def _request_child(
+    address: bytes, module_args: list[str], log_path: Path, env: Mapping[str, str], server: _Server | None
+) -> ForkedChild | None:
+    """Ask the server at `address` for the run's child; None (said) when it cannot start one."""
     request = {"argv": module_args, "env": dict(env), "cwd": os.getcwd(), "log": str(log_path)}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.connect(server.address)
+        connection.connect(address)
         connection.sendall(json.dumps(request).encode() + b"\n")
         return ForkedChild(connection, [sys.executable, "-m", WORKER_MODULE, *module_args], server)
     except (OSError, ForkServerError, ValueError) as exc:
         connection.close()
-        server.release()
         logger.warning("the fork server could not start a child (%s); this run starts a fresh interpreter", exc)
         return None
 
 
-def _start_server(env: dict[str, str]) -> _Server:
+def _start_at_node_server(
+    offered: str, module_args: list[str], log_path: Path, env: Mapping[str, str]
+) -> ForkedChild | None:
+    """A rank's child forked by the server its launcher offered (`offered_to_ranks`). The child's environment is the
+    one the server imported under, with this rank's own `RUNTIME_ENV` and `LAUNCH_ENV` variables: what this rank's
+    process has besides (set by what it imported, or by the launch's machinery) is not passed on, as it is not read
+    where a fresh interpreter would read it."""
+    node = json.loads(offered)
+    return _request_child(bytes.fromhex(node["address"]), module_args, log_path, rank_child_env(node["env"], env), None)
+
+
+def rank_child_env(imported_under: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
+    """A rank's child's environment: the one its node's server imported under, with the rank's own `RUNTIME_ENV`
+    and `LAUNCH_ENV` variables from `rank_env` (all but the server's address)."""
+    own = {name: value for name, value in rank_env.items() if not _imported_under(name) and name != NODE_SERVER_ENV}
+    return {**imported_under, **own}
+
+
+@contextlib.contextmanager
+def offered_to_ranks(env: Mapping[str, str]) -> Iterator[None]:
+    """Offer the ranks this process launches in this block a server for children of environment `env` (the server
+    for it, started now if there is none, without waiting for its imports): `NODE_SERVER_ENV` in this process's
+    environment, which the ranks inherit. The server stays for later launches, as any of this process's."""
+    key = server_key(env)
+    with _LOCK:
+        server = None if key in _REFUSED else _SERVERS.get(key)
+        if server is not None and server.process.poll() is not None:
+            del _SERVERS[key]
+            server = None
+        if server is None and key not in _REFUSED:
+            try:
+                server = _SERVERS[key] = _start_server(
+                    {name: value for name, value in env.items() if name not in RUNTIME_ENV}, wait=False
+                )
+                _close_idle_servers(keep=server)
+            except ForkServerError as exc:
+                _REFUSED[key] = str(exc)
+                logger.warning("%s; each rank's run starts a fresh interpreter instead", exc)
+        if server is not None:
+            server.in_flight += 1
+    if server is None:
+        yield
+        return
+    imported_under = {name: value for name, value in env.items() if _imported_under(name)}
+    os.environ[NODE_SERVER_ENV] = json.dumps({"address": server.address.hex(), "env": imported_under})
+    try:
+        yield
+    finally:
+        os.environ.pop(NODE_SERVER_ENV, None)
+        server.release()
+        with _LOCK:
+            try:
+                server.await_ready()  # what it could not import, or why it could not serve, is said once here
+            except ForkServerError as exc:
+                _SERVERS.pop(key, None)
+                _REFUSED[key] = str(exc)
+                logger.warning("%s; each rank's run started a fresh interpreter instead", exc)
+
+
+def _start_server(env: dict[str, str], wait: bool = True) -> _Server:
     address = f"\0finetune-bench-forkserver-{os.getpid()}-{secrets.token_hex(8)}".encode()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(address)
         listener.listen(64)
         process = subprocess.Popen(
-            [sys.executable, "-m", "finetune_bench.running.forkserver", str(listener.fileno())],
+            [sys.executable, "-m", SERVER_MODULE, str(listener.fileno())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -252,21 +393,8 @@ def _start_server(env: dict[str, str]) -> _Server:
     finally:
         listener.close()  # the server's copy listens
     server = _Server(process, address)
-    ready, _, _ = select.select([process.stdout], [], [], _READY_TIMEOUT_S)
-    line = process.stdout.readline().decode() if ready else ""
-    try:
-        answer = json.loads(line)
-    except ValueError:
-        server.close()
-        raise ForkServerError(
-            f"the fork server did not start (exit status {process.poll()}, answer {line.strip()[:200]!r})"
-        ) from None
-    if answer.get("unsafe"):
-        server.close()
-        raise ForkServerError(f"the fork server cannot fork safely: {answer['unsafe']}")
-    server.not_imported, server.preload_s = answer.get("not_imported", {}), answer.get("preload_s", 0.0)
-    logger.info("fork server pid %d ready in %.1f s%s", process.pid, server.preload_s,
-                f"; not imported: {server.not_imported}" if server.not_imported else "")  # fmt: skip
+    if wait:
+        server.await_ready()
     return server
 
 
@@ -290,146 +418,3 @@ def close_servers() -> None:
         _REFUSED.clear()
     for server in servers:
         server.close()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The server's side.
-
-
-def fork_hazards() -> str:
-    """Why forking this process would not give a child a fresh start ("" when it would): CUDA initialized (a CUDA
-    context cannot cross a fork), or a Python thread besides this one (a fork copies only the forking thread, and
-    the locks the others held stay held). Native threads that libraries start and make safe across a fork with
-    their own fork handlers (PyTorch's thread pools, Arrow's jemalloc) are the same as in any process a
-    DataLoader forks its workers from."""
-    hazards = []
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        hazards.append("CUDA was initialized by the imports")
-    others = [thread.name for thread in threading.enumerate() if thread is not threading.main_thread()]
-    if others:
-        hazards.append(f"the imports left Python threads running ({', '.join(others)})")
-    return "; ".join(hazards)
-
-
-def serve(listener_fd: int) -> None:
-    started = time.monotonic()
-    # The ready line goes to the launcher's pipe alone: what the imports print goes to stderr.
-    answer_fd = os.dup(1)
-    os.dup2(2, 1)
-    nvml_check = os.environ.get(_NVML_CHECK_ENV)
-    os.environ[_NVML_CHECK_ENV] = "1"
-    fresh_rng = None
-    not_imported: dict[str, str] = {}
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # reported in the ready line; the child imports it and fails as it would have
-            not_imported[name] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-        if name == "torch" and "torch" in sys.modules:
-            fresh_rng = sys.modules["torch"].random.get_rng_state()
-    if nvml_check is None:
-        del os.environ[_NVML_CHECK_ENV]
-    else:
-        os.environ[_NVML_CHECK_ENV] = nvml_check
-    unsafe = fork_hazards()
-    answer = {"preload_s": time.monotonic() - started, "not_imported": not_imported, "unsafe": unsafe}
-    sys.stdout.flush()
-    os.write(answer_fd, (json.dumps(answer) + "\n").encode())
-    os.close(answer_fd)
-    if unsafe:
-        return
-    listener = socket.socket(fileno=listener_fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the keepers are reaped by the kernel
-    server_pid = os.getpid()
-    while True:
-        readable, _, _ = select.select([listener, sys.stdin.fileno()], [], [])
-        if sys.stdin.fileno() in readable and not os.read(sys.stdin.fileno(), 4096):
-            return  # the launcher closed its end, or ended: so does the server, and its keepers die with it
-        if listener in readable:
-            connection, _ = listener.accept()
-            if os.fork() == 0:
-                _keep(connection, listener, server_pid, fresh_rng)  # never returns
-            connection.close()
-
-
-def _keep(connection: socket.socket, listener: socket.socket, server_pid: int, fresh_rng: object) -> None:
-    """The keeper of one connection: fork the run's child, report its pid and then its exit status."""
-    code = 1
-    try:
-        listener.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _die_with(server_pid)
-        reader = connection.makefile("rb")
-        request = json.loads(reader.readline())
-        reader.close()
-        session_r, session_w = os.pipe()
-        child = os.fork()
-        if child == 0:
-            os.close(session_r)
-            _run_child(request, connection, fresh_rng, session_w)  # never returns
-        os.close(session_w)
-        # The pid goes out once the child leads its own process group: a launcher that kills the group at once (a
-        # timeout that ran out while the server started) then reaches it.
-        os.read(session_r, 1)
-        os.close(session_r)
-        connection.sendall(f"pid {child}\n".encode())
-        _, status = os.waitpid(child, 0)
-        connection.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _run_child(request: dict, connection: socket.socket, fresh_rng: object, session_ready: int) -> None:
-    """The run's child: its own session (said on `session_ready`), output, directory and environment, then the
-    worker's main."""
-    code = 1
-    try:
-        keeper = os.getppid()
-        connection.close()
-        os.setsid()
-        os.write(session_ready, b"1")
-        os.close(session_ready)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(devnull)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.environ[PARENT_PID_ENV] = str(keeper)  # the worker dies with its keeper (which dies with the server)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if fresh_rng is not None:
-            sys.modules["torch"].random.set_rng_state(fresh_rng)
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
-        from finetune_bench.running import worker
-
-        sys.argv = [worker.__file__, *request["argv"]]
-        try:
-            code = worker.main(request["argv"])
-        except SystemExit as exc:  # argparse's refusal, say
-            code = exc.code if isinstance(exc.code, int) else 1
-        worker.end_process(code)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-def _die_with(parent: int) -> None:
-    """SIGKILL this process when `parent` ends (at once if it already has)."""
-    os.environ[PARENT_PID_ENV] = str(parent)
-    die_with_parent()
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]))

@@ -86,14 +86,15 @@ def isolated_env() -> dict[str, str]:
     return env
 
 
-def child_env(run: PlannedRun, rank: int | None = None) -> dict[str, str]:
+def child_env(run: PlannedRun, rank: int | None = None, quiet: bool = False) -> dict[str, str]:
     """The training child's environment (`isolated_env`: a rank's keeps the launch's RANK, WORLD_SIZE, MASTER_ADDR,
     ...), with the CUDA allocator the run's settings name (`running.allocator`), the Triton interpreter on a CPU and
-    which run (and rank) it is, for the test-only faults."""
+    which run (and rank) it is, for the test-only faults. `quiet`: no warning of a replaced allocator option (the
+    children's launcher says it)."""
     env = isolated_env()
     env[RUN_ENV] = f"{run.condition_id}#{run.run_number}" + (f"@rank{rank}" if rank is not None else "")
     replaced = set_allocator(env, run.training_args.allocator)
-    if replaced:
+    if replaced and not quiet:
         logger.warning(
             "%s: the environment's allocator option %s is replaced by the run's allocator %r",
             env[RUN_ENV],
@@ -163,11 +164,12 @@ def run_child(
     env = child_env(run, rank)
     if rank is not None:  # a hung peer: the supervisors' timeouts end the run before any collective gives up
         env[COLLECTIVE_TIMEOUT_ENV] = f"{timeout_s + _COLLECTIVE_MARGIN_S:.0f}"
-    # One GPU's run forks from the fork server (`running.forkserver`); a rank's supervisor is a process of its own
-    # launch, which would pay the server's imports for its one child.
+    # The child forks from a fork server (`running.forkserver`): one GPU's from this process's, a rank's from the
+    # one its launch was offered (a rank's supervisor lives for one run: a server of its own would pay the imports
+    # for its one child).
     ending = run_isolated(
         [sys.executable, "-m", forkserver.WORKER_MODULE, *worker_args], work_dir, env, timeout_s, stop_when, poll_s,
-        forkable=rank is None and forkserver.enabled(),
+        forkable=forkserver.enabled() and (rank is None or forkserver.NODE_SERVER_ENV in env),
     )  # fmt: skip
     result = _classify(run, work_dir, ending, timeout_s)
     result.wall_time_s = ending.wall_time_s

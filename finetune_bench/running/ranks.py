@@ -13,6 +13,9 @@ own key-value store (the elastic agent's TCPStore, at MASTER_ADDR:MASTER_PORT):
 - each rank files a summary of its end; rank 0 makes the run's result of them (the failing rank's status and
   reason, named; throughput summed over ranks; memory per rank, its maximum and spread), stores it and returns it.
 
+Each rank's child forks from the fork server the launching process offers the node's ranks (`node_fork_server`,
+`running.forkserver.offered_to_ranks`), as a one-GPU run's does, or starts as a fresh interpreter where it cannot.
+
 The supervisors never raise for the run's own failure, so the elastic agent always sees them succeed and the
 grid's other conditions run on.
 """
@@ -25,7 +28,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -43,8 +46,9 @@ from finetune_bench.measuring.metrics import (
 )
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TIMEOUT, RankSummary, RunResult
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
+from finetune_bench.running import forkserver
 from finetune_bench.running.device_lock import device_lock
-from finetune_bench.running.launch import not_launched, reuse_line, run_child, save_result, stored_result
+from finetune_bench.running.launch import child_env, not_launched, reuse_line, run_child, save_result, stored_result
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +151,18 @@ class RankReport:
             error_tail=data["error_tail"],
             maxima=data["maxima"],
         )
+
+
+@contextlib.contextmanager
+def node_fork_server(run: PlannedRun) -> Iterator[None]:
+    """In the process that launches `run`'s ranks on this node, around the launch: offer the ranks a fork server
+    for their training children (started now, its imports overlapping the ranks' start; kept for the next launch).
+    Nothing is offered for a run that launches nothing."""
+    if run.refused or run.predicted_oom or not forkserver.enabled():
+        yield
+        return
+    with forkserver.offered_to_ranks(child_env(run, quiet=True)):
+        yield
 
 
 def run_on_ranks(

@@ -3,16 +3,20 @@ one run patches never reaches the next, a forked run measures what a fresh one m
 read gets a server of its own, and a server that cannot fork safely leaves each run a fresh interpreter."""
 
 import dataclasses
+import json
+import os
 import re
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.running import forkserver
+from finetune_bench.running import forkserver, forkserver_process
 from finetune_bench.running.faults import FAULT_ENV, RUN_ENV
-from finetune_bench.running.launch import run_in_child
+from finetune_bench.running.launch import child_env, run_in_child
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 
 FORKED = "forked from the fork server"
@@ -78,12 +82,12 @@ def test_an_environment_the_imports_read_gets_a_server_of_its_own():
 
 
 def test_a_python_thread_makes_forking_unsafe():
-    assert "sampler" not in forkserver.fork_hazards()  # (this test process may run others: tqdm's monitor)
+    assert "sampler" not in forkserver_process.fork_hazards()  # (this test process may run others: tqdm's monitor)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="sampler")
     thread.start()
     try:
-        assert re.search(r"the imports left Python threads running \(.*sampler", forkserver.fork_hazards())
+        assert re.search(r"the imports left Python threads running \(.*sampler", forkserver_process.fork_hazards())
     finally:
         stop.set()
         thread.join()
@@ -109,3 +113,46 @@ def test_a_timeout_that_runs_out_while_the_server_starts_still_ends_the_child(fr
     result = run_in_child(planned("hang"), tmp_path, tmp_path, tmp_path / "run", timeout_s=0.01)
     assert result.details["child_started"] == FORKED
     assert result.status == "timeout"
+
+
+def test_a_forked_child_dies_with_its_launcher_s_connection(
+    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
+):
+    """A launcher gone without a word (a rank's supervisor killed by SIGKILL closes its connection): the keeper
+    kills the child it would otherwise leave running."""
+    monkeypatch.setenv(FAULT_ENV, "hang@0")
+    run = planned("orphan")
+    condition = tmp_path / "condition.json"
+    condition.write_text(json.dumps(dataclasses.asdict(run.training_args)))
+    args = ["--condition", str(condition), "--dataset-dir", str(tiny_dataset_dir), "--model-dir", str(tiny_model_dir)]
+    child = forkserver.start_child([*args, "--out", str(tmp_path)], tmp_path / "log.txt", child_env(run))
+    assert child is not None
+    time.sleep(2)
+    assert Path(f"/proc/{child.pid}").exists(), (tmp_path / "log.txt").read_text()  # hanging, as it would for good
+    child._connection.close()
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{child.pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child.pid}").exists()
+
+
+def test_ranks_fork_from_the_server_their_launcher_offered_with_its_environment_and_their_own_launch_variables(
+    fresh_servers, tmp_path
+):
+    env = child_env(planned("ranks"))
+    with forkserver.offered_to_ranks(env):
+        offered = os.environ[forkserver.NODE_SERVER_ENV]
+        assert len(fresh_servers) == 1
+    assert forkserver.NODE_SERVER_ENV not in os.environ  # offered to one launch's ranks only; the server stays
+    assert len(fresh_servers) == 1
+    # the rank's process: the launch's variables, its run's, and one its own imports set (not passed on)
+    rank_env = {**env, forkserver.NODE_SERVER_ENV: offered, "RANK": "1", "MASTER_PORT": "29500", "LIBRARY_SET": "1"}
+    rank_env.update({FAULT_ENV: "oom@2", RUN_ENV: "ranks#0@rank1"})
+    seen = forkserver.rank_child_env(json.loads(offered)["env"], rank_env)
+    assert {name: seen[name] for name in ("RANK", "MASTER_PORT", FAULT_ENV, RUN_ENV)} == {
+        "RANK": "1", "MASTER_PORT": "29500", FAULT_ENV: "oom@2", RUN_ENV: "ranks#0@rank1"
+    }  # fmt: skip
+    assert seen["PYTHONPATH"] == env["PYTHONPATH"] and "LIBRARY_SET" not in seen
+    assert forkserver.NODE_SERVER_ENV not in seen
+    child = forkserver.start_child(["--help"], tmp_path / "log.txt", rank_env)  # the worker's usage, then its exit
+    assert child is not None and child.wait(timeout=60) == 0, (tmp_path / "log.txt").read_text()

@@ -256,6 +256,8 @@ def test_two_ranks_train_one_run_over_gloo(parallelism, backend, tmp_path, tiny_
     assert result.metrics["tokens_per_second_per_gpu"] == pytest.approx(result.metrics["tokens_per_second"] / 2)
     assert result.metrics["world_size"] == 2
     assert result.steps_file and Path(result.steps_file).exists()
+    # each rank's child forked from the server the launching process (this one) offered the node's ranks
+    assert result.details["child_started"] == "forked from the fork server"
     assert _leftover_workers() == []
 
 
