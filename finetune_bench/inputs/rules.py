@@ -8,6 +8,7 @@ metadata; `check_fields` applies them. A rule raises a SpecError naming the key 
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable, Collection
 from dataclasses import field
 from typing import Any
@@ -143,7 +144,16 @@ def check_type(key: str, annotation: Any, value: Any) -> None:
         if name == "float" and isinstance(value, str) and _looks_like_float(value):
             # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
             hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
+        elif name in ("float", "int") and isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):
+            hint = f" (a decimal comma: write {value.strip().replace(',', '.', 1)})"
+        elif name == "str" and isinstance(value, bool):
+            words, example = ("yes, on or true", "yes") if value else ("no, off or false", "no")
+            hint = f" (YAML 1.1 reads an unquoted {words} as {str(value).lower()}: quote it, e.g. '{example}')"
         raise SpecError(f"{key} must be {name}, got {value!r}{hint}")
+
+
+# A number written with a decimal comma (`2,0e-5`): YAML reads it as a string, or in a flow list as two items.
+_DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+([eE][-+]?\d+)?")
 
 
 def is_integer(value: Any) -> bool:

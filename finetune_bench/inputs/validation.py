@@ -174,6 +174,12 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
             f"packing does not run with backend {backend!r}{where}: backends {packing_backends} pack; "
             f"use packing false with {backend!r}"
         )
+    if training_args.learning_rate > 1 and record.trains and not training_args.allow_learning_rate_above_1:
+        raise SpecError(
+            f"training_args.learning_rate {training_args.learning_rate!r} is above 1{where}: learning rates are "
+            "fractions (2.0e-5, 6.0e-4), and one above 1 is almost always a slip of units; write it as a fraction, or "
+            "set training_args.allow_learning_rate_above_1: true if it is meant"
+        )
     _check_padding(training_args, where)
     _check_float16_training(training_args, where)
     _check_lora_and_optimizer(training_args, where)
