@@ -4,6 +4,7 @@ figures embedded as PNG, tables, and one colour per arm."""
 import base64
 import html
 import io
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -83,8 +84,23 @@ def table_html(frame: pd.DataFrame) -> str:
     # nullable integers (a batch size that may be missing) print as numbers, and a missing one as a dash
     nullable = {c: float for c in frame.columns if str(frame[c].dtype) in ("Int64", "Float64")}
     frame = frame.astype(nullable) if nullable else frame
+    # a missing value among other objects (a test not run beside True and False) is a dash too, never "None"
+    texts = [i for i, dtype in enumerate(frame.dtypes) if str(dtype) == "object" or str(dtype).startswith("str")]
+    if texts:
+        frame = frame.copy()
+        for i in texts:
+            frame.iloc[:, i] = frame.iloc[:, i].map(lambda v: "–" if _missing(v) else v)
     table = frame.to_html(index=False, float_format=table_number, na_rep="–", border=0, escape=True)
     return f'<div class="table">{table}</div>'
+
+
+def _missing(value: object) -> bool:
+    """Whether a table cell holds no value: None, NaN, NA, or one of those written as text."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and value in ("nan", "None", "<NA>")
 
 
 def table_number(value: float) -> str:

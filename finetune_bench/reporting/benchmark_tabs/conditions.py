@@ -3,6 +3,7 @@
 import html
 
 from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.reporting.benchmark_tabs.cells import text_or_missing
 from finetune_bench.reporting.html import table_html
 from finetune_bench.results.record import OK
 
@@ -13,9 +14,10 @@ def conditions_tab(a: GridAnalysis) -> str:
     if failures.empty:
         parts.append("<p>No run failed.</p>")
     for row in failures.itertuples(index=False):
+        error_tail = text_or_missing(getattr(row, "error_tail", None))
         parts.append(
             f"<h3>{html.escape(row.condition_id)} (run {row.run_number}): {html.escape(row.status)}</h3>"
-            f"<p>{html.escape(str(row.reason))}</p>"
-            f"<pre>{html.escape(str(getattr(row, 'error_tail', '') or ''))}</pre>"
+            f"<p>{html.escape(text_or_missing(row.reason))}</p>"
+            + (f"<pre>{html.escape(error_tail)}</pre>" if error_tail not in ("", "–") else "")
         )
     return "\n".join(parts)

@@ -4,7 +4,7 @@ import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI
-from finetune_bench.reporting.benchmark_tabs.cells import ratio_text
+from finetune_bench.reporting.benchmark_tabs.cells import MISSING, pairs_text, percent_text, ratio_text
 from finetune_bench.reporting.html import table_html
 
 # Each compared metric: its column prefix in the paired statistics and its name in the table.
@@ -32,7 +32,7 @@ def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
         out[f"{label} p"] = paired[f"{name}_p_value"]
         if f"{name}_noise_floor" in paired:
             out[f"{label} noise floor"] = paired[f"{name}_noise_floor"].map(
-                lambda v: f"±{v:.1%}" if pd.notna(v) else "–"
+                lambda v: f"±{percent_text(v)}" if pd.notna(v) else MISSING
             )
     out["throughput significant"] = paired.get("throughput_significant")
     out["note"] = paired.get("note", "")
@@ -42,10 +42,10 @@ def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
 def how_sure_html(a: GridAnalysis) -> str:
     """The section (where runs were paired): how the ratios, intervals and tests were computed, then the table."""
     return (
-        f"<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median "
-        f"ratio of runs paired by run number (× &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} "
-        f"bootstrap interval in brackets (from {MIN_PAIRS_FOR_CI} pairs), and a paired t-test on the "
-        f"logarithms at alpha {a.alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the noise floor: "
-        "a difference inside it is not distinguishable from run-to-run noise.</p>\n"
+        "<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median ratio of "
+        f"runs paired by run number (× &gt; 1: faster, or more memory), over {pairs_text(a.paired['pairs'])}; its "
+        f"{CONFIDENCE_LEVEL:.0%} bootstrap interval in brackets (computed from {MIN_PAIRS_FOR_CI} pairs on), and a "
+        f"paired t-test on the logarithms at alpha {a.alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the "
+        "noise floor: a difference inside it is not distinguishable from run-to-run noise.</p>\n"
         + table_html(how_sure_table(a.paired, a.swept))
     )

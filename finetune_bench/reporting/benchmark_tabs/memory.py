@@ -4,6 +4,7 @@ step sets the peak, and the memory model's prediction against what was measured.
 import html
 
 from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.reporting.benchmark_tabs.cells import percent_text
 from finetune_bench.reporting.benchmark_tabs.figures import bar_panel
 from finetune_bench.reporting.html import figure_html, table_html
 from finetune_bench.results.record import PREDICTED_OOM
@@ -54,11 +55,11 @@ def prediction_html(a: GridAnalysis) -> str:
     worst = errors["error"].abs().max()
     parts.append(
         f"<p>The memory model (predicted before the runs, from the model's config and the settings) against the "
-        f"measured peak reserved memory: median error {errors['error'].abs().median():.1%}, largest "
-        f"{worst:.1%}, over {len(errors)} ok run(s). Positive: predicted above measured.</p>"
+        f"measured peak reserved memory: median error {percent_text(errors['error'].abs().median())}, "
+        f"largest {percent_text(worst)}, over {len(errors)} ok run(s). Positive: predicted above measured.</p>"
     )
     shown = errors.rename(
         columns={"predicted_peak_reserved_gib": "predicted GiB", "peak_reserved_gib": "measured GiB"}
-    ).assign(error=lambda t: t["error"].map(lambda e: f"{e:+.1%}"))
+    ).assign(error=lambda t: t["error"].map(lambda e: percent_text(e, sign="+")))
     parts.append(table_html(shown.round(2)))
     return "<h3>Predicted memory</h3>" + "".join(parts)

@@ -9,6 +9,7 @@ import seaborn as sns  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.cells import number_text  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import BATCH, SEQ, bar_panel, panels  # noqa: E402
 from finetune_bench.reporting.html import figure_html, table_html  # noqa: E402
 
@@ -30,7 +31,7 @@ def speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list[
         ratio = group.assign(_row=index.to_numpy()).pivot_table(
             index="_row", columns=BATCH, values="throughput_ratio", aggfunc="first", dropna=False
         )
-        labels = ratio.map(lambda v: f"×{v:.2f}" if pd.notna(v) else "")
+        labels = ratio.map(lambda v: f"×{number_text(v)}" if pd.notna(v) else "")
         arm_fits = fits[fits["arm"] == arm].set_index([a for a in swept if a != "arm"])["fits"]
         for key, arm_ok in arm_fits.items():
             key = key if isinstance(key, tuple) else (key,)

@@ -11,7 +11,7 @@ from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.stacks import MEMORY_TIE  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE  # noqa: E402
-from finetune_bench.reporting.benchmark_tabs.cells import ratio_text  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.cells import pairs_text, ratio_text  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import panels  # noqa: E402
 from finetune_bench.reporting.html import arm_palette, figure_html, table_html  # noqa: E402
 
@@ -77,12 +77,12 @@ def stacks_tab(a: GridAnalysis) -> str | None:
     shown["Pareto front"] = [front_text(row) for row in stacks.itertuples(index=False)]
     parts = [
         "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
-        f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (from {MIN_PAIRS_FOR_CI} pairs), the "
-        "ratios of peak reserved memory and energy per token, and how many of its runs' losses matched the "
-        "baseline's. A stack off the Pareto front is beaten on both speed and memory by another one here, or by the "
-        "baseline: it is never the one to train with on this model, batch and sequence length. Memories within "
-        f"{MEMORY_TIE:.0%} of the baseline's count as the same: a stack that saves less than that over a faster one "
-        "is off the front.</p>",
+        f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (over {pairs_text(stacks['pairs'])}; "
+        f"computed from {MIN_PAIRS_FOR_CI} pairs on), the ratios of peak reserved memory and energy per token, and "
+        "how many of its runs' losses matched the baseline's. A stack off the Pareto front is beaten on both speed "
+        "and memory by another one here, or by the baseline: it is never the one to train with on this model, batch "
+        f"and sequence length. Memories within {MEMORY_TIE:.0%} of the baseline's count as the same: a stack that "
+        "saves less than that over a faster one is off the front.</p>",
         table_html(shown),
     ]
     if "peak_reserved_ratio" in stacks and stacks["peak_reserved_ratio"].notna().any():
