@@ -221,6 +221,12 @@ def parse_arm(name: str) -> Arm:
     found: dict[str, tuple[str, ...]] = {}
     for part in parts:
         component, colon, kernel_list = part.partition(":")
+        if component in (BASELINE, BASELINE_REPEAT):
+            rest = "+".join(other for other in parts if other != part)
+            raise ArmError(
+                f"arm {name!r}: {component!r} is an arm of its own, not a component to join with '+' (it switches "
+                f"nothing on); write {rest or component!r} instead, and {component!r} as an arm beside it"
+            )
         if component not in COMPONENTS:
             raise ArmError(
                 f"arm {name!r}: unknown component {part!r}{closest(component, [*COMPONENTS, BASELINE])}; an arm is "

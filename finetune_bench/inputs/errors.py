@@ -3,6 +3,7 @@ messages carry."""
 
 import contextlib
 import difflib
+import unicodedata
 from collections.abc import Iterator
 
 from finetune_bench.inputs.secrets import redact
@@ -69,8 +70,35 @@ class Problems:
 
 
 def closest(name: str, valid: list[str]) -> str:
-    """` (did you mean 'x'?)` for the closest valid name, or nothing."""
-    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+    """` (did you mean 'x'?)` for the closest valid name other than `name` itself, or nothing; followed by what
+    tells them apart when it cannot be seen (`invisible_difference`)."""
+    others = [v for v in valid if v != name]
+    match = difflib.get_close_matches(name, others, n=1, cutoff=0.5)
     if not match:  # a prefix or a fragment: `dataset` for `dataset_name`
-        match = [v for v in valid if v.startswith(name) or name in v][:1]
-    return f" (did you mean {match[0]!r}?)" if match else ""
+        match = [v for v in others if v.startswith(name) or name in v][:1]
+    return f" (did you mean {match[0]!r}?){invisible_difference(name, match[0])}" if match else ""
+
+
+def invisible_difference(written: str, known: str) -> str:
+    """What sets `written` apart from `known` when they look alike: spaces around it, or characters outside ASCII
+    (a Cyrillic 'а', U+0430, for a Latin 'a') where `known` has others; "" when they differ visibly."""
+    if not isinstance(written, str) or written == known:
+        return ""
+    if written.strip() == known:
+        where = [
+            side
+            for side, spaced in (("before", written.lstrip() != written), ("after", written.rstrip() != written))
+            if spaced
+        ]
+        return f"; {written!r} has {' and '.join(f'a space {side}' for side in where)} it"
+    core = written.strip()
+    if len(core) != len(known):
+        return ""
+    swapped = [(c, k) for c, k in zip(core, known, strict=True) if c != k]
+    if not swapped or any(ord(c) < 128 for c, _ in swapped):
+        return ""
+    spelled = ", ".join(
+        f"U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')}) where {known!r} has {k!r}" for c, k in swapped
+    )
+    spaces = " and spaces around it" if core != written else ""
+    return f"; {written!r} has {spelled}{spaces}"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import field
 from typing import Any
 
-from finetune_bench.inputs.errors import Problems, SpecError
+from finetune_bench.inputs.errors import Problems, SpecError, invisible_difference
 
 Rule = Callable[[str, Any], None]
 _RULES = "rules"
@@ -54,7 +54,12 @@ def fraction(default: float) -> Any:
 
 
 def choice(default: Any, choices: Collection[Any]) -> Any:
-    return setting(default, requirement(lambda v: v in choices, f"must be one of {list(choices)}"))
+    def rule(key: str, value: Any) -> None:
+        if value not in choices:
+            alike = [invisible_difference(value, c) for c in choices if isinstance(c, str)]
+            raise SpecError(f"{key} must be one of {list(choices)}, got {value!r}{next((a for a in alike if a), '')}")
+
+    return setting(default, rule)
 
 
 def list_of(item: type, item_name: str, example: str) -> Rule:

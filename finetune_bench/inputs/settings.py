@@ -202,7 +202,7 @@ class TrainingArgs(StrictFromJson):
     lr_scheduler_type: str = setting("cosine", check_scheduler)
     warmup_ratio: float = fraction(0.0)
     weight_decay: float = non_negative(0.0)
-    # A learning rate above 1 is refused as a slip of units (`2` for 2e-5) unless this is true: a learning rate that is meant.
+    # A learning rate above 1 is refused as a slip of units (`2` for 2e-5) unless this is true: one that is meant.
     allow_learning_rate_above_1: bool = False
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
     max_grad_norm: float = non_negative(1.0)
