@@ -4,7 +4,6 @@ declared (`finetune_bench.inputs.settings`)."""
 
 import dataclasses
 import math
-import tempfile
 from typing import Any
 
 from finetune_bench.inputs.arms import (
@@ -22,15 +21,13 @@ from finetune_bench.inputs.catalog import (
     ATTENTIONS,
     BACKENDS,
     BITSANDBYTES_OPTIMIZERS,
-    FILE_URL,
     GPUS_PER_NODE,
     PARALLELISMS,
     SYNTHETIC_PREFIX,
-    check_path_length,
-    local_path,
     model_type,
 )
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
+from finetune_bench.inputs.locations import check_writable_location  # noqa: F401 (where the workflows find it)
 from finetune_bench.inputs.loss_paths import CCE_CRITERION, CCE_INSTALL_HINT, CCE_MODULE
 from finetune_bench.inputs.model_checks import lora_target_problem, position_table_problem
 from finetune_bench.inputs.model_overrides import check_model_config_overrides, config_at_planning
@@ -132,15 +129,20 @@ def _check_float16_training(training_args: TrainingArgs, where: str) -> None:
         )
 
 
-def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
-    """LoRA only where a backend applies it; an 8-bit optimizer only where it can be built and run."""
-    backend, optim = training_args.backend, training_args.optim
+def _check_lora(training_args: TrainingArgs, where: str) -> None:
+    """LoRA only where a backend applies it."""
+    backend = training_args.backend
     if training_args.lora_rank > 0 and not BACKENDS[backend].lora:
         lora_backends = [name for name, candidate in BACKENDS.items() if candidate.lora]
         raise SpecError(
             f"lora_rank {training_args.lora_rank} does not run with backend {backend!r}{where}: LoRA is "
             f"applied by backend {lora_backends} only; use lora_rank 0 (a full fine-tune) with {backend!r}"
         )
+
+
+def _check_optimizer(training_args: TrainingArgs, where: str) -> None:
+    """An 8-bit optimizer only where it can be built and run."""
+    backend, optim = training_args.backend, training_args.optim
     if optim in BITSANDBYTES_OPTIMIZERS and BACKENDS[backend].trains:  # one that does not builds no optimizer
         import importlib.util
 
@@ -158,93 +160,137 @@ def _check_lora_and_optimizer(training_args: TrainingArgs, where: str) -> None:
 
 
 def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> None:
-    """Reject a combination of settings that cannot run together; `swept` names the condition's swept
-    values, so the message says which point of the grid is at fault."""
-    backend, criterion = training_args.backend, training_args.criterion
-    record = BACKENDS[backend]
+    """Reject a combination of settings that cannot run together, naming every problem of the condition at once
+    (a refusal of the condition alone, `ConditionRefused`, only when nothing else is wrong); `swept` names the
+    condition's swept values, so the message says which point of the grid is at fault."""
+    t = training_args
     where = " (condition " + ",".join(f"{k}={v}" for k, v in swept.items()) + ")" if swept else ""
-    if criterion not in record.criteria:
-        raise SpecError(
-            f"criterion {criterion!r} does not run with backend {backend!r}{where}: "
-            f"backend {backend!r} takes criterion {list(record.criteria)}"
+    arm = parse_arm(t.arm)
+    checks = [
+        lambda: _check_backend(t, where),
+        lambda: _check_learning_rate(t, where),
+        lambda: _check_padding(t, where),
+        lambda: _check_float16_training(t, where),
+        lambda: _check_lora(t, where),
+        lambda: _check_optimizer(t, where),
+        lambda: _check_evaluation(t, where),
+        lambda: _check_parallelism(t, where, swept),
+        lambda: _check_attention_and_allocator(t, where),
+        # an unswept value is checked with the rest of training_args
+        lambda: (
+            "model_config_overrides" in swept
+            and check_model_config_overrides(t.model_name, t.model_config_overrides, where)
+        ),
+        lambda: _check_model_shape(t, where),
+        lambda: _check_generated_data(t, where),
+        lambda: _check_liger(t, arm, where),
+        lambda: _check_cut_cross_entropy(t, arm, where),
+        lambda: _check_float8(t, arm, where),
+    ]
+    problems, refusals = Problems(), []
+    for check in checks:
+        try:
+            with problems.check():
+                check()
+        except ConditionRefused as refusal:
+            refusals.append(refusal)
+    problems.raise_if_any()
+    if refusals:
+        raise refusals[0]
+
+
+def _check_backend(t: TrainingArgs, where: str) -> None:
+    """A criterion and packing the backend runs."""
+    record = BACKENDS[t.backend]
+    problems = []
+    if t.criterion not in record.criteria:
+        problems.append(
+            f"criterion {t.criterion!r} does not run with backend {t.backend!r}{where}: "
+            f"backend {t.backend!r} takes criterion {list(record.criteria)}"
         )
-    if training_args.packing and not record.packing:
+    if t.packing and not record.packing:
         packing_backends = [name for name, candidate in BACKENDS.items() if candidate.packing]
-        raise SpecError(
-            f"packing does not run with backend {backend!r}{where}: backends {packing_backends} pack; "
-            f"use packing false with {backend!r}"
+        problems.append(
+            f"packing does not run with backend {t.backend!r}{where}: backends {packing_backends} pack; "
+            f"use packing false with {t.backend!r}"
         )
-    if training_args.learning_rate > 1 and record.trains and not training_args.allow_learning_rate_above_1:
+    if problems:
+        raise SpecError(*problems)
+
+
+def _check_learning_rate(t: TrainingArgs, where: str) -> None:
+    if t.learning_rate > 1 and BACKENDS[t.backend].trains and not t.allow_learning_rate_above_1:
         raise SpecError(
-            f"training_args.learning_rate {training_args.learning_rate!r} is above 1{where}: learning rates are "
+            f"training_args.learning_rate {t.learning_rate!r} is above 1{where}: learning rates are "
             "fractions (2.0e-5, 6.0e-4), and one above 1 is almost always a slip of units; write it as a fraction, or "
             "set training_args.allow_learning_rate_above_1: true if it is meant"
         )
-    _check_padding(training_args, where)
-    _check_float16_training(training_args, where)
-    _check_lora_and_optimizer(training_args, where)
-    if training_args.eval_steps and not training_args.eval_examples:
+
+
+def _check_evaluation(t: TrainingArgs, where: str) -> None:
+    """Held-out evaluation that evaluates something, of a run that trains."""
+    if t.eval_steps and not t.eval_examples:
         raise SpecError(
-            f"training_args.eval_steps ({training_args.eval_steps}) with eval_examples 0{where}: nothing is held out, "
+            f"training_args.eval_steps ({t.eval_steps}) with eval_examples 0{where}: nothing is held out, "
             "so nothing would be evaluated; set eval_examples (the examples to hold out) or eval_steps 0"
         )
-    if training_args.eval_examples and training_args.eval_steps > training_args.max_steps:
+    if t.eval_examples and t.eval_steps > t.max_steps:
         raise SpecError(
-            f"training_args.eval_steps ({training_args.eval_steps}) is larger than max_steps "
-            f"({training_args.max_steps}){where}: no evaluation falls between the first step and the last, which are "
-            f"evaluated anyway; set eval_steps at most {training_args.max_steps}, or 0 (only after the last step)"
+            f"training_args.eval_steps ({t.eval_steps}) is larger than max_steps ({t.max_steps}){where}: no evaluation "
+            "falls between the first step and the last, which are evaluated anyway; set eval_steps at most "
+            f"{t.max_steps}, or 0 (only after the last step)"
         )
-    if training_args.eval_examples and not record.trains:
+    if t.eval_examples and not BACKENDS[t.backend].trains:
         raise SpecError(
-            f"training_args.eval_examples ({training_args.eval_examples}) with backend {backend!r}{where}: "
+            f"training_args.eval_examples ({t.eval_examples}) with backend {t.backend!r}{where}: "
             "it trains nothing, so there is nothing to evaluate; set eval_examples 0"
         )
-    _check_parallelism(training_args, where, swept)
-    _check_attention_and_allocator(training_args, where)
-    if "model_config_overrides" in swept:  # an unswept value is checked with the rest of training_args
-        check_model_config_overrides(training_args.model_name, training_args.model_config_overrides, where)
-    _check_model_shape(training_args, where)
-    batch = training_args.examples_per_step
-    generated = training_args.dataset_name.startswith(SYNTHETIC_PREFIX)
-    training_examples = training_args.synthetic_num_examples - training_args.eval_examples
-    if generated and training_args.eval_examples >= training_args.synthetic_num_examples:
+
+
+def _check_generated_data(t: TrainingArgs, where: str) -> None:
+    """Generated data that leaves examples to train on, at least one batch of them."""
+    if not t.dataset_name.startswith(SYNTHETIC_PREFIX):
+        return
+    training_examples = t.synthetic_num_examples - t.eval_examples
+    if t.eval_examples >= t.synthetic_num_examples:
         raise SpecError(
-            f"training_args.eval_examples ({training_args.eval_examples}) holds out every one of the "
-            f"synthetic_num_examples ({training_args.synthetic_num_examples}){where}: none would be left to train on"
+            f"training_args.eval_examples ({t.eval_examples}) holds out every one of the "
+            f"synthetic_num_examples ({t.synthetic_num_examples}){where}: none would be left to train on"
         )
-    if generated and not training_args.packing and training_examples < batch:
-        eval_examples = training_args.eval_examples
-        held_out = f" once eval_examples ({eval_examples}) are held out" if eval_examples else ""
-        ranks = f" on each of {training_args.world_size} GPUs" if training_args.world_size > 1 else ""
+    if not t.packing and training_examples < t.examples_per_step:
+        held_out = f" once eval_examples ({t.eval_examples}) are held out" if t.eval_examples else ""
+        ranks = f" on each of {t.world_size} GPUs" if t.world_size > 1 else ""
         raise SpecError(
-            f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below one batch of "
-            f"per_device_train_batch_size {training_args.per_device_train_batch_size}{ranks}{held_out}{where}: a "
+            f"training_args.synthetic_num_examples ({t.synthetic_num_examples}) is below one batch of "
+            f"per_device_train_batch_size {t.per_device_train_batch_size}{ranks}{held_out}{where}: a "
             "batch cannot hold more examples than the dataset has"
         )
-    arm = parse_arm(training_args.arm)
-    if arm.liger:
-        kind = model_type(training_args.model_name)
-        if kind is not None and kind not in supported_model_types():
-            raise ConditionRefused(
-                f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
-                f"{training_args.model_name!r}){where}; Liger patches {supported_model_types()}. "
-                "This condition is not run; the others are."
-            )
-        missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind)]
-        if missing:
-            raise ConditionRefused(
-                f"arm {arm.name!r}: Liger has no {' / '.join(map(repr, missing))} kernel for model type "
-                f"{kind!r}{where}; it has {list(kernel_switches(kind))}"
-            )
-        if set(arm.liger_kernels) & set(LOSS_KERNELS) and criterion != "model":
-            raise SpecError(
-                f"arm {arm.name!r} with criterion {criterion!r}{where}: the loss is computed outside the "
-                "model, so this Liger loss kernel would never run; use criterion 'model'"
-            )
-    if arm.switchback and training_args.device == "cpu":
+
+
+def _check_liger(t: TrainingArgs, arm: Arm, where: str) -> None:
+    """Liger's kernels where the model type has them and they run; SwitchBack on a GPU."""
+    if arm.switchback and t.device == "cpu":
         raise SpecError(f"arm {arm.name!r}{where}: SwitchBack layers need a CUDA GPU, and device is 'cpu'")
-    _check_cut_cross_entropy(training_args, arm, where)
-    _check_float8(training_args, arm, where)
+    if not arm.liger:
+        return
+    if set(arm.liger_kernels) & set(LOSS_KERNELS) and t.criterion != "model":
+        raise SpecError(
+            f"arm {arm.name!r} with criterion {t.criterion!r}{where}: the loss is computed outside the "
+            "model, so this Liger loss kernel would never run; use criterion 'model'"
+        )
+    kind = model_type(t.model_name)
+    if kind is not None and kind not in supported_model_types():
+        raise ConditionRefused(
+            f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
+            f"{t.model_name!r}){where}; Liger patches {supported_model_types()}. "
+            "This condition is not run; the others are."
+        )
+    missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind)]
+    if missing:
+        raise ConditionRefused(
+            f"arm {arm.name!r}: Liger has no {' / '.join(map(repr, missing))} kernel for model type "
+            f"{kind!r}{where}; it has {list(kernel_switches(kind))}"
+        )
 
 
 def _check_model_shape(training_args: TrainingArgs, where: str) -> None:
@@ -419,37 +465,4 @@ def _check_parallelism(training_args: TrainingArgs, where: str, swept: dict[str,
         raise SpecError(
             f"backend {t.backend!r} with {layout}{where}: it measures one GPU's forward pass; set num_gpus 1 and "
             "num_nodes 1"
-        )
-
-
-def check_writable_location(location: str, key: str) -> None:
-    """A local directory that exists and takes files, or one that can be created (its nearest existing
-    ancestor is a directory that takes files); a URL (`s3://…`) of a filesystem fsspec knows, left to it. Checked
-    before any training, so that nothing is measured into a place that cannot keep it."""
-    if "://" in location and not location.startswith(FILE_URL):
-        _check_known_protocol(location, key)
-        return
-    check_path_length(key, location)
-    path = local_path(location)
-    try:
-        existing = path
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            raise SpecError(f"{key}: {str(existing)!r} is not a directory (got {location!r})")
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as exc:
-        raise SpecError(f"{key}: cannot write in {location!r} ({exc.strerror or exc})") from None
-
-
-def _check_known_protocol(url: str, key: str) -> None:
-    """A URL whose protocol fsspec knows (whether its package is installed is up to the machine that writes)."""
-    import fsspec
-
-    protocol = url.split("://", 1)[0]
-    if protocol not in fsspec.available_protocols():
-        raise SpecError(
-            f"{key}: {url!r} is a URL of an unknown protocol {protocol!r}; use a local directory or an fsspec URL "
-            "(s3://, gs://, abfs://, ...)"
         )

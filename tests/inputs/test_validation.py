@@ -191,3 +191,26 @@ def test_liger_s_table_is_read_from_its_source_as_importing_it_would_give():
     from_source = liger_table_from_source()
     assert from_source == liger_table_from_import()
     assert from_source["llama"]["fused_linear_cross_entropy"] is True and from_source["llama"]["cross_entropy"] is False
+
+
+def test_every_conflict_of_a_condition_is_named_not_only_the_first():
+    """LoRA on the default trl_sft backend and a float8 arm with LoRA: two problems of one condition, both said."""
+    from finetune_bench.inputs.validation import validate_condition
+
+    args = TrainingArgs(lora_rank=8, arm="float8+compile", device="cuda")
+    with pytest.raises(SpecError) as error:
+        validate_condition(args, {"arm": "float8+compile"})
+    problems = error.value.problems
+    assert any(p.startswith("lora_rank 8 does not run with backend 'trl_sft'") for p in problems), problems
+    assert any(p.startswith("arm 'float8+compile' with lora_rank 8") for p in problems), problems
+
+
+def test_a_condition_with_problems_and_a_refusal_reports_the_problems():
+    """A refusal ends one condition as an error result; a problem of the inputs stops the grid, and comes first."""
+    from finetune_bench.inputs.validation import validate_condition
+
+    args = TrainingArgs(model_name="random:tiny-gpt2", arm="liger", criterion="torch_cross_entropy")
+    with pytest.raises(SpecError) as error:
+        validate_condition(args, {})
+    assert type(error.value) is SpecError
+    assert "criterion 'torch_cross_entropy' does not run with backend 'trl_sft'" in str(error.value)
