@@ -14,7 +14,7 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.inputs.arms import component_notes
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
-from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.prediction.grid import (
@@ -29,7 +29,7 @@ from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_t
 from finetune_bench.sources.cache import cache_root, cache_root_key, default_results_store
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
-from tasks.execution import cluster_notes
+from tasks.execution import cluster_notes, on_cluster
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, WANDB_SECRETS
 from tasks.wandb_runs import require_wandb_key
 
@@ -76,6 +76,7 @@ def plan_benchmark(
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
         lambda: None if dry_run else require_wandb_key(),  # a dry run logs nothing
+        lambda: None if dry_run else check_nodes_here(experiment_args, training_args),  # a dry run waits for none
     )
     plan = BenchmarkPlan(runs, execution, prediction)
     estimate = estimate_plan(plan)
@@ -86,6 +87,27 @@ def plan_benchmark(
     print(f"the plan:\n{plan_text(estimate)}{notes}", flush=True)
     plan.runs = with_predictions(runs, estimate, skip_predicted_oom)
     return plan
+
+
+def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:
+    """A local run (`pyflyte run` without `--remote`) has this one machine: a condition on several nodes would wait
+    for nodes that never come. On a cluster (this task in a pod, `tasks.execution.on_cluster`) they are asked for."""
+    swept = experiment_args.num_nodes if isinstance(experiment_args.num_nodes, list) else []
+    given = (
+        [("training_args.num_nodes", training_args.num_nodes)] if "num_nodes" not in swept_axes(experiment_args) else []
+    )
+    given += [("experiment_args.num_nodes", value) for value in swept]
+    several = [(key, n) for key, n in given if isinstance(n, int) and not isinstance(n, bool) and n > 1]
+    if not several or on_cluster():
+        return
+    raise SpecError(
+        *(
+            f"{key} {n}: this is a local run (pyflyte run without --remote), which has this one machine, and a "
+            f"condition on {n} nodes would wait for nodes that never come; run it on a cluster (union run --remote), "
+            "set num_nodes 1 (num_gpus GPUs of this machine), or plan it with dry_run: true"
+            for key, n in several
+        )
+    )
 
 
 def estimate_plan(plan: BenchmarkPlan) -> GridEstimate:
