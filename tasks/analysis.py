@@ -20,7 +20,7 @@ from finetune_bench.inputs.plan import PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
-from finetune_bench.results.record import RunResult
+from finetune_bench.results.record import ERROR, NONFINITE, TIMEOUT, RunResult
 from images import analysis_image
 from tasks.execution import cluster_notes
 from tasks.records import TrainOutput
@@ -154,19 +154,65 @@ def analyze_results(
         directories={f"profiles/{condition}-run{run}": path for (condition, run), path in profile_dirs.items()},
     )
     results, steps = without_secrets(analysis.table), without_secrets(analysis.steps)
-    return AnalysisOutputs(results, steps, report_file, files, analysis.problems + export_problems)
+    ratio = success_ratio_problems(planned, unpack(outputs)[0], execution.min_success_ratio)
+    return AnalysisOutputs(results, steps, report_file, files, analysis.problems + export_problems + ratio)
+
+
+# How runs that count against `min_success_ratio` ended: an out-of-memory (or a predicted one) is a result, these
+# are not; nor is a run whose task returned nothing.
+FAILED_STATUSES = (ERROR, TIMEOUT, NONFINITE)
+# The start of the problem `success_ratio_problems` gives, which `require_nothing_lost` says apart.
+SUCCESS_RATIO_PROBLEM = "min_success_ratio"
+# The most failed runs named one by one.
+MAX_FAILURES_NAMED = 20
+
+
+def success_ratio_problems(
+    planned: list[PlannedRun], results: list[RunResult | None], min_success_ratio: float
+) -> list[str]:
+    """One problem naming every failed run when fewer than `min_success_ratio` of the grid's runs succeeded (ended
+    `ok`, out of memory, or predicted out of memory); none otherwise."""
+    if not planned:
+        return []
+    failures = []
+    for run, result in zip(planned, results, strict=False):
+        if result is None or result.status in FAILED_STATUSES:
+            status = "no result" if result is None else result.status
+            reason = "" if result is None else (result.reason or result.error_tail).strip().splitlines()[:1]
+            failures.append(f"{run.condition_id} run {run.run_number}: {status}{': ' + reason[0] if reason else ''}")
+    failures += [f"run {index}: no result" for index in range(len(results), len(planned))]
+    succeeded = len(planned) - len(failures)
+    if succeeded / len(planned) >= min_success_ratio:
+        return []
+    named = failures[:MAX_FAILURES_NAMED] + (
+        [f"and {len(failures) - MAX_FAILURES_NAMED} more (the Runs tab lists them)"]
+        if len(failures) > MAX_FAILURES_NAMED
+        else []
+    )
+    return [
+        f"{SUCCESS_RATIO_PROBLEM} {min_success_ratio}: {succeeded} of {len(planned)} runs succeeded "
+        f"({succeeded / len(planned):.0%}); {len(failures)} ended error, timeout or nonfinite (a run out of memory "
+        "is a result and counts as one that succeeded; the report and every result were written):\n"
+        + "\n".join(f"  - {line}" for line in named)
+    ]
 
 
 class NothingKept(click.ClickException):
-    """Measured runs were not stored, logged or exported: the workflow fails, naming each, after its outputs
-    and report were written (a click error: the CLI prints the list without a traceback)."""
+    """Measured runs were not stored, logged or exported, or too few runs succeeded: the workflow fails, naming
+    each, after its outputs and report were written (a click error: the CLI prints the list without a traceback)."""
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def require_nothing_lost(problems: list[str]) -> None:
-    """Fail (a non-zero exit, a failed execution) when anything measured was not stored, logged or exported."""
-    if problems:
-        raise NothingKept(
-            f"{len(problems)} problem(s) kept measured results from being stored, logged or exported (the "
-            "report and the tables were written and show them):\n" + "\n".join(f"- {p}" for p in problems)
+    """Fail (a non-zero exit, a failed execution) when anything measured was not stored, logged or exported, or
+    fewer runs succeeded than `min_success_ratio` asks (`success_ratio_problems`)."""
+    lost = [p for p in problems if not p.startswith(SUCCESS_RATIO_PROBLEM)]
+    parts = [p for p in problems if p.startswith(SUCCESS_RATIO_PROBLEM)]
+    if lost:
+        parts.insert(
+            0,
+            f"{len(lost)} problem(s) kept measured results from being stored, logged or exported (the "
+            "report and the tables were written and show them):\n" + "\n".join(f"- {p}" for p in lost),
         )
+    if parts:
+        raise NothingKept("\n".join(parts))
