@@ -22,7 +22,8 @@ def memory_tab(a: GridAnalysis) -> str:
         fig = bar_panel(table, "process_peak_rss_gib", swept, "Peak memory (host)")
         parts.append(figure_html(fig, "peak memory by batch size"))
         note = "No GPU: the process's peak resident memory on the host."
-    intro = f"<p>{note} The dashed line is the GPU's capacity; OOM marks a condition that ran out.</p>"
+    capacity = " The dashed line is the GPU's capacity;" if a.capacity_gib else ""
+    intro = f"<p>{note}{capacity} OOM marks a condition that ran out.</p>"
     return intro + "\n".join(parts) + phase_peaks_html(a) + prediction_html(a)
 
 

@@ -1,5 +1,5 @@
-"""The Summary tab, the answer first: what was not kept, the runs' statuses, one verdict per arm, how sure, what
-fits, what to run, whether the loss still matches, and the environment."""
+"""The Summary tab: what was measured, then the answer: what was not kept, the runs' statuses, one verdict per
+arm, how sure, what fits, what to run, whether the loss still matches, and the environment."""
 
 import html
 
@@ -8,6 +8,7 @@ from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
 from finetune_bench.reporting.benchmark_tabs.environment import environment_html
 from finetune_bench.reporting.benchmark_tabs.how_sure import how_sure_html
+from finetune_bench.reporting.benchmark_tabs.measured import what_was_measured_html
 from finetune_bench.reporting.html import table_html
 
 CPU_WARNING = (
@@ -18,10 +19,10 @@ CPU_WARNING = (
 
 
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
-    """The answer first: what was not kept, the runs' statuses, one verdict per arm, how sure, what fits, what
-    to run, whether the loss still matches, and the environment."""
+    """What was measured, then the answer: what was not kept, the runs' statuses, one verdict per arm, how sure,
+    what fits, what to run, whether the loss still matches, and the environment."""
     table = a.table
-    overview = []
+    overview = [header] if (header := what_was_measured_html(a)) else []
     if ran_on_cpu(table):
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     if a.problems:

@@ -1,0 +1,84 @@
+"""The Summary opens with what was measured: hardware, settings, steps, when and with what, from the results table
+and the environment record, and nothing they do not carry."""
+
+import re
+
+from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.reporting.benchmark_report import grid_report
+from finetune_bench.results.record import RunResult
+
+GIB = 1024**3
+H100 = {
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+    "gpu_count": "8",
+    "gpu_memory_bytes": str(80 * GIB),
+    "torch": "2.11.0",
+    "liger-kernel": "0.8.5",
+    "transformers": "5.23.0",
+    "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c",
+}
+CPU = {"cpu": "x86_64", "torch": "2.13.0+cpu", "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c"}
+
+
+def _report(environment: dict[str, str], device: str, experiment: ExperimentArgs, details: bool = True):
+    parallelism = "ddp" if experiment.num_gpus else "none"  # several GPUs share a run through a process group
+    training = TrainingArgs(
+        backend="plain_loop", parallelism=parallelism, max_seq_length=1024, per_device_train_batch_size=4
+    )
+    planned = plan_runs(experiment, training, n_runs=2)
+    results = []
+    for i, run in enumerate(planned):
+        extra = {
+            "device": device,
+            "dtype": "bfloat16",
+            "steps_completed": "10",
+            "measured_at": f"2026-11-26 14:{i:02d} UTC",
+        }
+        results.append(
+            RunResult(run.condition_id, run.run_number, run.swept_axes, run.training_args, "ok",
+                      metrics={"tokens_per_second": 100.0 + i, **({"steps_measured": 8.0} if details else {})},
+                      environment=environment if details else {}, details=extra if details else {})
+        )  # fmt: skip
+    return grid_report(analyze_grid(planned, results, {}))
+
+
+def _header(summary: str) -> dict[str, str]:
+    (header,) = re.findall(r'<div class="measured"><h3>What was measured</h3><ul>(.*?)</ul></div>', summary)
+    return dict(re.findall(r"<li>(.*?): (.*?)</li>", header))
+
+
+def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
+    summary = _report(H100, "cuda:0", ExperimentArgs(arm=["liger", "baseline"])).sections["Summary"]
+    assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
+    assert _header(summary) == {
+        "hardware": "NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run",
+        "backend": "plain_loop",
+        "dtype": "bfloat16",
+        "sequence length": "1024",
+        "batch size per device": "4",
+        "steps": "10 per run, 8 of them timed",
+        "measured": "2026-11-26 14:00 UTC to 2026-11-26 14:03 UTC",
+        "versions": "liger-kernel 0.8.5, torch 2.11.0, transformers 5.23.0, lockfile sha256 12ab43339895",
+    }  # no model, dataset or inputs file: neither the results table nor the environment record carries them
+
+
+def test_the_swept_values_and_the_gpus_per_run_are_all_named():
+    experiment = ExperimentArgs(arm=["liger", "baseline"], num_gpus=[1, 2], per_device_train_batch_size=[4, 8])
+    header = _header(_report(H100, "cuda:0", experiment).sections["Summary"])
+    assert header["hardware"] == "NVIDIA H100 80GB HBM3 (80 GiB), 1 to 2 GPUs per run"
+    assert header["batch size per device"] == "4, 8"
+
+
+def test_a_cpu_grid_says_cpu_and_never_gpu():
+    report = _report(CPU, "cpu", ExperimentArgs(arm=["liger", "baseline"]))
+    header = _header(report.sections["Summary"])
+    assert header["hardware"] == "CPU (x86_64)"
+    assert not any("GPU" in text for text in header.values())
+    assert "GPU's capacity" not in report.sections["Memory"]  # no capacity line is drawn on a CPU run
+
+
+def test_what_no_run_recorded_is_left_out_not_guessed():
+    header = _header(_report({}, "", ExperimentArgs(arm=["liger", "baseline"]), details=False).sections["Summary"])
+    assert set(header) == {"backend", "sequence length", "batch size per device"}
