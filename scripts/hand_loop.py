@@ -11,12 +11,14 @@ at each step's end. Prints one JSON line.
 
 On several GPUs, under torchrun (one process per GPU; `--batch` is per GPU, each rank draws its own tokens):
 
-    torchrun --nproc-per-node 2 scripts/hand_loop.py --parallelism ddp [--bucket-cap-mb 25] ...
+    torchrun --nproc-per-node 2 scripts/hand_loop.py --parallelism ddp [--bucket-cap-mb 25]
+        [--gradient-as-bucket-view] ...
     torchrun --nproc-per-node 4 scripts/hand_loop.py --parallelism fsdp --arch llama-3-8b ...
 
 `ddp`: DistributedDataParallel with its defaults but `broadcast_buffers=False` (as the benchmark wraps it; bucket
-size `--bucket-cap-mb`); `fsdp`: FSDP2's `fully_shard` on each decoder layer, then on the model. Rank 0 prints the
-JSON line, its throughput that of all GPUs (every rank's tokens over rank 0's time: the ranks step together).
+size `--bucket-cap-mb`, gradients as bucket views with `--gradient-as-bucket-view`); `fsdp`: FSDP2's `fully_shard`
+on each decoder layer, then on the model. Rank 0 prints the JSON line, its throughput that of all GPUs (every rank's
+tokens over rank 0's time: the ranks step together).
 
 --arm: an arm as the benchmark's inputs name it (`baseline`, `liger`, `liger-without-loss+cce`, `float8+compile`,
 ...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
@@ -99,6 +101,9 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--parallelism", choices=("none", "ddp", "fsdp"), default="none")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (its default)")
+    parser.add_argument(
+        "--gradient-as-bucket-view", action="store_true", help="DDP keeps each gradient inside its bucket (no copy)"
+    )
     opts = parser.parse_args()
     arm = parse_arm(
         opts.arm or "+".join(name for name, on in (("liger", opts.liger), ("cce", opts.cce)) if on) or "baseline"
@@ -149,7 +154,11 @@ def main() -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         trained = DistributedDataParallel(
-            model, device_ids=[device.index], broadcast_buffers=False, bucket_cap_mb=opts.bucket_cap_mb
+            model,
+            device_ids=[device.index],
+            broadcast_buffers=False,
+            bucket_cap_mb=opts.bucket_cap_mb,
+            gradient_as_bucket_view=opts.gradient_as_bucket_view,
         )
     elif opts.parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard
@@ -202,7 +211,9 @@ def main() -> None:
 
         from finetune_bench.measuring.profiling import profile_steps
 
-        profile_steps(step, opts.profile_steps, device, Path(opts.profile_dir))
+        # one folder a rank under torchrun
+        out_dir = Path(opts.profile_dir) / (f"rank{rank}" if opts.parallelism != "none" else "")
+        profile_steps(step, opts.profile_steps, device, out_dir)
     tokens = opts.batch * opts.seq * world_size
     if opts.parallelism != "none":
         torch.distributed.barrier()
@@ -225,6 +236,7 @@ def main() -> None:
                 "parallelism": opts.parallelism,
                 "world_size": world_size,
                 "bucket_cap_mb": opts.bucket_cap_mb if opts.parallelism == "ddp" else None,
+                "gradient_as_bucket_view": opts.gradient_as_bucket_view if opts.parallelism == "ddp" else None,
                 "gradient_checkpointing": opts.gradient_checkpointing,
                 "tokens_per_second": tokens * len(measured) / sum(measured),
                 "tokens_per_second_per_gpu": tokens * len(measured) / sum(measured) / world_size,
