@@ -43,7 +43,7 @@ from finetune_bench.inputs.catalog import architecture_config
 def synthetic_rows(seq: int, vocab_size: int, num_examples: int = 512) -> torch.Tensor:
     """The first `seq` tokens of each generated alpaca example long enough to fill them, as the benchmark's
     `synthetic:alpaca` data (2,100-2,600 words an example) is tokenized for a `random:` model."""
-    from finetune_bench.sources.models import OFFLINE_TOKENIZER_VOCAB
+    from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB
     from finetune_bench.sources.synthetic import generate_alpaca_records, train_offline_tokenizer
 
     tokenizer = train_offline_tokenizer(min(OFFLINE_TOKENIZER_VOCAB, vocab_size))

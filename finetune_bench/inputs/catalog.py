@@ -114,6 +114,19 @@ ALLOCATORS = ("default", "expandable_segments")
 
 # Model names: `random:<architecture>` builds a random-init model from a bundled config (no download).
 RANDOM_PREFIX = "random:"
+# A `random:` model's tokenizer (`sources.models`) is trained offline on generated text, asking for the
+# architecture's vocabulary up to OFFLINE_TOKENIZER_VOCAB tokens; that text yields at most OFFLINE_TOKENIZER_TOKENS
+# (checked against the trained tokenizer in tests/sources). The embedding and LM head keep the architecture's full
+# vocabulary, so the model's cost is unchanged; the tokenizer only needs to cover the generated text.
+OFFLINE_TOKENIZER_VOCAB = 8192
+OFFLINE_TOKENIZER_TOKENS = 5691
+
+
+def offline_tokenizer_tokens(vocab_size: int) -> int:
+    """How many tokens the offline tokenizer of a `random:` model whose architecture has `vocab_size` ends with."""
+    return min(vocab_size, OFFLINE_TOKENIZER_VOCAB, OFFLINE_TOKENIZER_TOKENS)
+
+
 ARCHITECTURES_DIR = Path(__file__).resolve().parent.parent / "architectures"
 # Local dataset files `datasets` can load, by suffix (a directory is a `save_to_disk` one).
 LOCAL_DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finetune_bench.inputs.catalog import RANDOM_PREFIX
+from finetune_bench.inputs.catalog import RANDOM_PREFIX, offline_tokenizer_tokens
 from finetune_bench.inputs.errors import SpecError, closest
 
 OVERRIDES_KEY = "training_args.model_config_overrides"
@@ -33,9 +33,6 @@ ABSOLUTE_POSITION_KEYS = {
     "biogpt": "max_position_embeddings",
     "xglm": "max_position_embeddings",
 }
-# The most tokens the offline tokenizer of a `random:` model has (`sources.models.OFFLINE_TOKENIZER_VOCAB`, which
-# imports the data sources; kept equal by a test).
-OFFLINE_TOKENIZER_VOCAB = 8192
 
 
 def _transformers_source(module: str) -> ast.Module:
@@ -106,15 +103,6 @@ def override_value_problems(overrides: dict[str, Any], where: str = "") -> list[
     return problems
 
 
-@functools.cache
-def _offline_tokenizer_size(requested: int) -> int:
-    """The vocabulary of the tokenizer a `random:` model is prepared with (`sources.models._write_random_model`): it
-    is trained deterministically, so planning trains it too (about a second) and counts."""
-    from finetune_bench.sources.synthetic import train_offline_tokenizer
-
-    return len(train_offline_tokenizer(requested))
-
-
 def vocabulary_problem(model_name: str, config: dict, overrides: dict[str, Any], where: str = "") -> str:
     """An overridden `vocab_size` smaller than the tokenizer's vocabulary, where the tokenizer is known at planning
     (a `random:` model's offline one): token ids past the embedding table would index out of it."""
@@ -124,10 +112,7 @@ def vocabulary_problem(model_name: str, config: dict, overrides: dict[str, Any],
     bundled = config.get("vocab_size")
     if not isinstance(bundled, int):
         return ""
-    requested = min(OFFLINE_TOKENIZER_VOCAB, bundled)
-    if vocab >= requested:  # at least as many ids as the tokenizer could have: no training needed to know
-        return ""
-    tokens = _offline_tokenizer_size(requested)
+    tokens = offline_tokenizer_tokens(bundled)
     if vocab >= tokens:
         return ""
     return (

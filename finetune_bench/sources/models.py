@@ -5,7 +5,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config, exists_locally
+from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB, RANDOM_PREFIX, architecture_config, exists_locally
 from finetune_bench.inputs.model_overrides import apply_config_overrides, parse_config_overrides
 from finetune_bench.sources.cache import build_into, cache_root, slug
 from finetune_bench.sources.synthetic import train_offline_tokenizer
@@ -14,9 +14,6 @@ if TYPE_CHECKING:  # transformers is imported where a config is read
     from transformers import PretrainedConfig
 
 RANDOM_INIT_MARKER = "random_init.json"
-# Kept small: the embedding and LM head keep the architecture's full vocab size, so the model's
-# cost is unchanged; the tokenizer only needs to cover the generated text.
-OFFLINE_TOKENIZER_VOCAB = 8192
 
 
 def prepare_model(model_name: str, hf_token: str | None = None, root: Path | None = None) -> Path:

@@ -21,11 +21,8 @@ def test_transformers_names_are_read_from_its_source_as_its_modules_have_them():
     from transformers.activations import ACT2FN
     from transformers.trainer_utils import SchedulerType
 
-    from finetune_bench.sources.models import OFFLINE_TOKENIZER_VOCAB
-
     assert set(model_checks.activation_names()) == set(ACT2FN)
     assert model_checks.scheduler_types() == tuple(s.value for s in SchedulerType)
-    assert model_checks.OFFLINE_TOKENIZER_VOCAB == OFFLINE_TOKENIZER_VOCAB
 
 
 def test_a_vocabulary_below_the_random_models_tokenizer_is_refused_and_one_at_its_size_is_not():

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,3 +98,14 @@ def test_local_model_directory_is_used_in_place(tiny_model_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="without a config.json"):
         prepare_model(str(tmp_path / "empty"))
+
+
+def test_the_offline_tokenizer_of_each_bundled_random_architecture_has_the_tokens_planning_counts():
+    """Planning checks a `vocab_size` override against `offline_tokenizer_tokens` without training the tokenizer."""
+    from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB, architecture_config, offline_tokenizer_tokens
+    from finetune_bench.sources.synthetic import train_offline_tokenizer
+
+    paths = (Path(__file__).resolve().parents[2] / "finetune_bench" / "architectures").glob("*.json")
+    vocab_sizes = {architecture_config(path.stem)["vocab_size"] for path in paths}
+    for requested in sorted({min(size, OFFLINE_TOKENIZER_VOCAB) for size in vocab_sizes}):
+        assert len(train_offline_tokenizer(requested)) == offline_tokenizer_tokens(requested), requested
