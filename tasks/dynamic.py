@@ -1,4 +1,5 @@
-"""The workflows' dynamic nodes: flytekit's `@dynamic`, minus the registering machine.
+"""The workflows' dynamic nodes: flytekit's `@dynamic`, minus the registering machine, with the resources its pod
+needs (`tasks.registration.DYNAMIC_NODE_RESOURCES`).
 
 A dynamic node's pod compiles its sub-tasks with the serialization settings it was registered with, which flytekit
 hands it in its container's environment (`_F_SS_C`). Those settings include `source_root`, the registering
@@ -15,6 +16,8 @@ from flytekit.configuration import SERIALIZED_CONTEXT_ENV_VAR, SerializationSett
 from flytekit.core.python_function_task import PythonFunctionTask
 from flytekit.core.task import TaskPlugins
 from flytekit.models.task import Container
+
+from tasks.registration import DYNAMIC_NODE_RESOURCES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,5 +44,6 @@ TaskPlugins.register_pythontask_plugin(WithoutMachineSettings, DynamicWithoutMac
 
 
 def dynamic_node(**kwargs: Any) -> Callable[[Callable], PythonFunctionTask]:
-    """`@dynamic(**kwargs)` whose pod is handed no path of the registering machine."""
-    return dynamic(task_config=WithoutMachineSettings(), **kwargs)
+    """`@dynamic(**kwargs)` whose pod is handed no path of the registering machine and asks for what it needs
+    (`tasks.registration.DYNAMIC_NODE_RESOURCES`, unless `requests` are given)."""
+    return dynamic(task_config=WithoutMachineSettings(), **{"requests": DYNAMIC_NODE_RESOURCES, **kwargs})

@@ -52,6 +52,12 @@ TRAIN_ACCELERATOR = GPUAccelerator(_accelerator) if _accelerator else None
 
 DOWNLOAD_RESOURCES = Resources(cpu="4", mem="32Gi")
 ANALYSIS_RESOURCES = Resources(cpu="2", mem="4Gi")
+# The dynamic nodes (run_benchmark, run_searches, run_kernels) train nothing, but their pods import the task modules
+# and compile the sub-tasks: run_benchmark's imports torch and the Elastic plugin to define the train tasks and peaks
+# at 400-670 MB, the others at about half of that. Without a request a pod gets the platform's default, a few hundred
+# MB on some, and is killed for memory. 2Gi leaves room for a large grid's literals; one CPU, as compiling is serial.
+# No limits, as for every task here: Flyte gives a resource requested without a limit a limit of the same size.
+DYNAMIC_NODE_RESOURCES = Resources(cpu="1", mem="2Gi")
 
 HF_TOKEN_SECRET_KEY = os.environ.get("FINETUNE_BENCH_HF_TOKEN_SECRET")
 HF_SECRETS = [Secret(key=HF_TOKEN_SECRET_KEY)] if HF_TOKEN_SECRET_KEY else []

@@ -289,6 +289,25 @@ def test_the_dynamic_node_maps_registered_images_accelerator_and_settings(
         assert registered_env["FINETUNE_BENCH_TRAIN_ACCELERATOR"] == ""
 
 
+def test_the_registered_dynamic_nodes_request_their_resources(registered):
+    from flyteidl.admin import task_pb2
+    from flyteidl.core import tasks_pb2
+
+    from tasks.registration import DYNAMIC_NODE_RESOURCES
+
+    for registration, name in (
+        ("benchmark", "workflows.benchmark.run_benchmark"),
+        ("kernels", "workflows.kernels.run_kernels"),
+    ):
+        template = _read(registered[registration] / "entities" / "tasks" / f"{name}.pb", task_pb2.TaskSpec).template
+        requests = {r.name: r.value for r in template.container.resources.requests}
+        expected = {
+            tasks_pb2.Resources.CPU: DYNAMIC_NODE_RESOURCES.cpu,
+            tasks_pb2.Resources.MEMORY: DYNAMIC_NODE_RESOURCES.mem,
+        }
+        assert requests == expected, name
+
+
 def test_images_do_not_depend_on_the_working_directory_or_cache_files(registered):
     infos = [json.loads((registered[name] / "registered.json").read_text()) for name in ("benchmark", "any_gpu")]
     names = [{k: (v["id"], v["image"]) for k, v in info["images"].items()} for info in infos]
