@@ -26,6 +26,7 @@ from finetune_bench.frontier.settings import (
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
+    arm_name,
     frontier_arms,
     plan_searches,
 )
@@ -38,7 +39,8 @@ from finetune_bench.prediction.grid import check_plan_settings, target_gpu
 from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
-from tasks.plan import check_output_locations, checked
+from tasks.execution import cluster_notes
+from tasks.plan import PLANNING_TASK, check_output_locations, check_wandb_key, checked
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -54,8 +56,8 @@ class FrontierPlan:
     execution: RunSettings
 
 
-# The training image: validation reads Liger's table of the model types it can patch.
-@task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
+# Registered as the benchmark's planning is: the training image, the registration settings, the W&B secret.
+@task(**PLANNING_TASK)
 def plan_frontier(
     training_args: TrainingArgs,
     arms: list[FrontierArm] | None,
@@ -70,17 +72,33 @@ def plan_frontier(
     force_fresh: bool = False,
     gpu_kind: str = "",
     gpu_memory_gib: float = 0.0,
+    measure_throughput: bool = True,
+    dry_run: bool = False,
 ) -> FrontierPlan:
     """Validate the inputs (before anything is downloaded or probed) and list the searches, with the settings of
-    the throughput runs; every problem is reported at once."""
+    the throughput runs; every problem is reported at once. With throughput runs to log to W&B (`measure_throughput`
+    and not `dry_run`, the workflow's inputs), a W&B key that cannot be read stops the execution here, as the
+    benchmark's planning does. The plan goes to the task's log, with what a cluster execution will not keep of the
+    throughput runs (`throughput_notes`)."""
     searches = checked(
         lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
         lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
         lambda: check_output_locations(results_store),
+        lambda: check_wandb_key(dry_run or not measure_throughput),  # the probes log nothing
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
+    notes = [] if dry_run or not measure_throughput else throughput_notes(results_store)
+    lines = [f"{arm_name(s.arm)}: {s.dimension} from {s.start} up to {s.cap}" for s in searches]
+    print("the plan:\n" + "\n".join([*lines, *(f"note: {note}" for note in notes)]), flush=True)
     return FrontierPlan(searches, execution)
+
+
+def throughput_notes(results_store: str) -> list[str]:
+    """What a cluster execution will not keep of the throughput runs at the frontiers, in the benchmark's words
+    (`tasks.execution.cluster_notes`: an empty `results_store` leaves them on their train pods' disks); none
+    locally. The searches keep nothing anyway: their probes always run afresh."""
+    return [f"the throughput runs: {note}" for note in cluster_notes(results_store)]
 
 
 def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
@@ -169,11 +187,17 @@ def report_frontier(
     results: list[FrontierResult | None],
     planned: list[PlannedRun],
     outputs: list[TrainOutput | None],
+    execution: RunSettings | None = None,
 ) -> FrontierReport:
     """Frontier table (one row per search), probe table, throughput table, the HTML report (also the Deck),
-    and the problems that left a measured throughput run unstored, unlogged or unexported."""
+    and the problems that left a measured throughput run unstored, unlogged or unexported. With the throughput
+    runs' `execution`, the report opens with what a cluster execution did not keep of them (`throughput_notes`)."""
     throughput = analyze_grid(planned, *unpack(outputs))
     report = build_frontier_report(searches, results, throughput)
+    notes = throughput_notes(execution.results_store) if planned and execution is not None else []
+    if notes:
+        warnings = "".join(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>' for note in notes)
+        report.sections["Frontier"] = warnings + report.sections["Frontier"]
     frontiers, probes = frontier_table(searches, results), probes_table(results)
     tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput.table}
     environment = next((r.environment for r in results if r is not None and r.environment), {})

@@ -36,14 +36,25 @@ from tasks.wandb_runs import require_wandb_key
 T = TypeVar("T")
 
 
-# The training image: validation reads Liger's table of the model types it can patch. The registration settings:
-# the target GPU defaults to the train task's accelerator. The W&B secret: a missing one stops the execution here.
-@task(
+# How a workflow's planning task (the benchmark's, the frontier's) is registered. The training image: validation
+# reads Liger's table of the model types it can patch. The registration settings: the target GPU defaults to the train
+# task's accelerator. The W&B secret: a missing one stops the execution here (`check_wandb_key`).
+PLANNING_TASK = dict(
     container_image=training_image,
     requests=ANALYSIS_RESOURCES,
     environment=REGISTRATION_ENV,
     secret_requests=WANDB_SECRETS,
 )
+
+
+def check_wandb_key(dry_run: bool) -> None:
+    """At planning, on a cluster, with WANDB_ENTITY registered: the W&B secret can be read, so that a missing key
+    stops the execution before any GPU time (`tasks.wandb_runs.require_wandb_key`). A dry run logs nothing."""
+    if not dry_run:
+        require_wandb_key()
+
+
+@task(**PLANNING_TASK)
 def plan_benchmark(
     experiment_args: ExperimentArgs,
     training_args: TrainingArgs,
@@ -75,7 +86,7 @@ def plan_benchmark(
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
-        lambda: None if dry_run else require_wandb_key(),  # a dry run logs nothing
+        lambda: check_wandb_key(dry_run),
         lambda: None if dry_run else check_nodes_here(experiment_args, training_args),  # a dry run waits for none
     )
     plan = BenchmarkPlan(runs, execution, prediction)
