@@ -12,6 +12,12 @@ RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 LOCK := requirements.lock
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 export FLYTECTL_CONFIG := $(CURDIR)/flyte-local.yaml
+# `VERBOSE=1 make run` (or `make run VERBOSE=1`): the commands as they run and pyflyte's full output (the workflow's
+# outputs printed as flytekit prints them), in place of the summary a run ends with.
+ifneq ($(VERBOSE),)
+export FINETUNE_BENCH_VERBOSE := 1
+endif
+Q := $(if $(VERBOSE),,@)
 
 .PHONY: demo test test-all run plan migrate frontier kernels install install-dev lint lock docs clean
 
@@ -37,10 +43,8 @@ install-dev: $(VENV)/.installed-dev
 
 run: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
-	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS)
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS)
 	@test -f $(RUN_DIR)/report.html && test -f $(RUN_DIR)/results.csv
-	@echo "report: $(abspath $(RUN_DIR))/report.html"
-	@echo "results: $(abspath $(RUN_DIR))/results.csv"
 
 # The demo keeps its runs in this checkout's own results store (runs/.results): a fresh clone's first demo measures
 # every run, and a second one reuses them and says so.
@@ -59,10 +63,9 @@ plan: $(VENV)/.installed
 	  echo "$(INPUTS) is a kernel-benchmark inputs file: it has no dry run (each point takes seconds; see docs/kernels.md)"; \
 	  exit 2; fi
 	@mkdir -p $(RUN_DIR)
-	@FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
 	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
-	  grep -v 'UserWarning\|parser = \|return super\|pieces = ' $(RUN_DIR)/plan.log; \
-	  test $$status -eq 0 && echo "plan: $$(ls $(abspath $(RUN_DIR))/*plan.html)"; exit $$status
+	  $(if $(VERBOSE),cat,awk '$$0 == "" || !seen[$$0]++') $(RUN_DIR)/plan.log; exit $$status
 
 # An inputs file written for the Union tutorial's workflow (use_liger, dataset, bf16, num_train_epochs, ...) converted
 # to this project's settings, written to OUT (default: beside it, <name>.migrated.yaml); prints what it changed, what
@@ -75,16 +78,14 @@ migrate: $(VENV)/.installed
 # frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.
 frontier: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
-	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) \
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) \
 	  $(if $(findstring frontier_smoke,$(FRONTIER_INPUTS)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
 	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(FRONTIER_INPUTS)
-	@echo "report: $(abspath $(RUN_DIR))/frontier_report.html"
 
 # The kernel benchmark (each Liger kernel against its reference), on its CPU smoke inputs by default.
 kernels: $(VENV)/.installed
 	@mkdir -p $(RUN_DIR)
-	FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS)
-	@echo "report: $(abspath $(RUN_DIR))/kernel_report.html"
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS)
 
 test: $(VENV)/.installed-dev
 	$(BIN)/pytest -q

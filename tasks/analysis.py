@@ -58,9 +58,10 @@ def publish(
     directories: dict[str, str] | None = None,
 ) -> tuple[FlyteFile, FlyteDirectory, list[str]]:
     """Show `report` as the task's Deck; write it as `file_name` beside `tables` (each as CSV and Parquet),
-    `records` (each as JSON) and a copy of each of `directories` (name → local path; the profiles' traces and
-    memory snapshots) in one directory, copied to the export directory when one is set. Returns the HTML file,
-    the directory, and the problems of the export (a failed copy is one: the outputs stay in Flyte)."""
+    its headline and where its files are (SUMMARY_FILE), `records` (each as JSON) and a copy of each of
+    `directories` (name → local path; the profiles' traces and memory snapshots) in one directory, copied to the
+    export directory when one is set. Returns the HTML file, the directory, and the problems of the export (a failed
+    copy is one: the outputs stay in Flyte)."""
     # A setting equal to a secret of this environment (a token pasted where a name belongs) is never shown.
     secrets = secret_values()
     for name, content in report.sections.items():
@@ -77,6 +78,7 @@ def publish(
         (out_dir / f"{name}.json").write_text(text)
     for name, path in (directories or {}).items():
         shutil.copytree(path, out_dir / name, dirs_exist_ok=True)
+    (out_dir / SUMMARY_FILE).write_text(redact(summary_text(report, file_name, tables), secrets))
     problems = []
     export = os.environ.get(EXPORT_DIR_ENV)
     if export:
@@ -87,6 +89,17 @@ def publish(
             logger.error("the outputs could not be exported to %s: %s", export, exc)
             problems.append(f"export: the outputs could not be copied to {export} ({type(exc).__name__}: {exc})")
     return FlyteFile(str(report_path)), FlyteDirectory(str(out_dir)), problems
+
+
+# Beside each report: its headline and where its files are, what a local `pyflyte run` ends with (workflows/console.py).
+SUMMARY_FILE = "summary.txt"
+
+
+def summary_text(report: Report, file_name: str, tables: dict[str, pd.DataFrame]) -> str:
+    """The report's headline, then `report: <file_name>` and `results: <the first table>.csv` (names within the
+    directory the files are written to)."""
+    lines = [*report.headline, f"report: {file_name}"] + [f"results: {name}.csv" for name in list(tables)[:1]]
+    return "\n".join(lines) + "\n"
 
 
 def without_secrets(table: pd.DataFrame, secrets: list[str] | None = None) -> pd.DataFrame:

@@ -27,9 +27,12 @@ from tasks.plan import check_prediction_settings, plan_benchmark, report_plan
 from tasks.records import TrainOutput
 from tasks.registration import REGISTRATION_ENV
 from tasks.train import concatenate_outputs, runs_by_layout
+from workflows.console import quiet_console
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
+# Each flag input declared once (no click warnings), and a local run ending with its summary, not its outputs' dump.
+quiet_console()
 
 
 # The map tasks are built in this node's pod: it needs the settings the train tasks were registered with, and the

@@ -39,9 +39,12 @@ from tasks.frontier import (
 from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
 from tasks.registration import REGISTRATION_ENV
 from workflows.benchmark import run_benchmark
+from workflows.console import quiet_console
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
+# Each flag input declared once (no click warnings), and a local run ending with its summary, not its outputs' dump.
+quiet_console()
 
 
 @dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)

@@ -16,9 +16,12 @@ from tasks.dynamic import dynamic_node
 from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
 from tasks.kernels import KernelOutputs, benchmark_kernel, plan_kernels, report_kernels
 from tasks.registration import REGISTRATION_ENV
+from workflows.console import quiet_console
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
+# Each flag input declared once (no click warnings), and a local run ending with its summary, not its outputs' dump.
+quiet_console()
 
 
 @dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)

@@ -190,6 +190,19 @@ def headlines(frontiers: pd.DataFrame) -> list[str]:
     return lines
 
 
+def oom_lines(probes: pd.DataFrame) -> list[str]:
+    """One line per probe that ran out of memory, as a search expects some to (where its error's tail was kept: the
+    probes table and the Probes tab)."""
+    if probes.empty:
+        return []
+    ooms = probes[probes["status"] == OOM]
+    return [
+        f"expected out of memory: {row.arm}, {row.dimension} {row.value}"
+        + (f" ({row.reason})" if isinstance(row.reason, str) and row.reason else "")
+        for row in ooms.itertuples()
+    ]
+
+
 def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
     """Probe size against its peak memory, one panel per dimension, one colour per arm, marker by outcome.
     A probe that measured no peak (it ran out of memory at the first step, or failed) is drawn on the
@@ -306,4 +319,4 @@ def build_frontier_report(
             for name in ("Summary", "Throughput", "Memory", "Conditions")
             if name in benchmark
         )
-    return Report(sections=sections)
+    return Report(sections=sections, headline=headlines(frontiers) + oom_lines(probes))

@@ -181,14 +181,11 @@ def build_kernel_report(
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     counts = rows["status"].value_counts()
     gpu = ", ".join(sorted(set(rows.get("gpu_name", pd.Series(dtype=str)).dropna().astype(str)) - {""}))
-    overview.append(
-        "<p>"
-        + html.escape(
-            f"{rows['kernel_name'].nunique()} kernels, {len(rows)} measurements at {model or 'the'} shapes"
-            f"{' on ' + gpu if gpu else ''}: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-        )
-        + "</p>"
+    measured = (
+        f"{rows['kernel_name'].nunique()} kernels, {len(rows)} measurements at {model or 'the'} shapes"
+        f"{' on ' + gpu if gpu else ''}: " + ", ".join(f"{n} {status}" for status, n in counts.items())
     )
+    overview.append(f"<p>{html.escape(measured)}</p>")
     table = summary(compared)
     if not table.empty:
         overview.append(
@@ -241,4 +238,4 @@ def build_kernel_report(
         else "<p>No point failed.</p>"
     )
     sections["Rows"] = table_html(rows)
-    return Report(sections=sections)
+    return Report(sections=sections, headline=[measured])

@@ -16,7 +16,7 @@ from finetune_bench.reporting.benchmark_tabs.scaling import scaling_tab
 from finetune_bench.reporting.benchmark_tabs.speedup import speedup_tab
 from finetune_bench.reporting.benchmark_tabs.stacks import stacks_tab
 from finetune_bench.reporting.benchmark_tabs.step_times import step_times_tab
-from finetune_bench.reporting.benchmark_tabs.summary import CPU_WARNING, summary_tab
+from finetune_bench.reporting.benchmark_tabs.summary import CPU_WARNING, headline, summary_tab
 from finetune_bench.reporting.benchmark_tabs.throughput import throughput_tab
 from finetune_bench.reporting.html import Report
 
@@ -46,4 +46,4 @@ def grid_report(analysis: GridAnalysis, experiment_name: str = "", notes: list[s
         content = render(analysis)
         if content is not None:
             sections[name] = content
-    return Report(sections=sections)
+    return Report(sections=sections, headline=headline(analysis))

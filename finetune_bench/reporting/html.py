@@ -6,7 +6,7 @@ import html
 import io
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import matplotlib
 
@@ -23,9 +23,12 @@ _FIXED_COLOURS = {BASELINE: "#4C72B0", BASELINE_REPEAT: "#8DA9D6", "liger": "#DD
 
 @dataclass
 class Report:
-    """The report's sections, as HTML fragments, in display order (each a Deck tab)."""
+    """The report's sections, as HTML fragments, in display order (each a Deck tab), and its headline: the few
+    plain-text lines a console ends with (the Summary's first line; `tasks.analysis.publish` writes them to
+    summary.txt beside the report)."""
 
     sections: dict[str, str]
+    headline: list[str] = field(default_factory=list)
 
     def to_html(self, title: str = "Fine-tuning benchmark") -> str:
         nav = " · ".join(f'<a href="#{_anchor(name)}">{html.escape(name)}</a>' for name in self.sections)

@@ -74,4 +74,6 @@ def plan_report(estimate: GridEstimate) -> Report:
         "<b>borderline</b> is within 10 % of the GPU's usable memory. Step time is model FLOPs at the MFU assumed "
         "for the GPU kind.</p>"
     )
-    return Report(sections={"Plan": f"<ul>{summary}</ul>{note}" + table_html(table.round(3))})
+    return Report(
+        sections={"Plan": f"<ul>{summary}</ul>{note}" + table_html(table.round(3))}, headline=_totals(estimate)[1:2]
+    )

@@ -18,6 +18,17 @@ CPU_WARNING = (
 )
 
 
+def headline(a: GridAnalysis) -> list[str]:
+    """The Summary's first line as plain text, for a console: how the runs ended (on a CPU, that its timings say
+    nothing about speed), then each arm's verdict."""
+    table = a.table
+    counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
+    first = f"{len(table)} runs of {table['condition_id'].nunique()} conditions: {counts}"
+    if ran_on_cpu(table):
+        first += " (on a CPU: the timings say nothing about Liger's speed)"
+    return [first, *a.verdicts]
+
+
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
     """What was measured, then the answer: what was not kept, the runs' statuses, one verdict per arm, how sure,
     what fits, what to run, whether the loss still matches, and the environment."""

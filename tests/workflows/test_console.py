@@ -1,0 +1,82 @@
+"""What `pyflyte run` prints around this project's workflows: no click warnings about flags declared twice, and a
+local run ending with its summary and where its files are, not a dump of its outputs (unless verbose)."""
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from finetune_bench.frontier.report import oom_lines
+from tasks.analysis import SUMMARY_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("module", "workflow", "flags"),
+    [
+        ("workflows/benchmark.py", "benchmarking_experiment", ["force_fresh", "dry_run", "skip_predicted_oom"]),
+        ("workflows/frontier.py", "memory_frontier", ["measure_throughput", "force_fresh", "dry_run"]),
+    ],
+)
+def test_flag_inputs_are_declared_once(module, workflow, flags, monkeypatch):
+    from flytekit.clis.sdk_in_container.pyflyte import main
+
+    monkeypatch.chdir(ROOT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(main, ["run", module, workflow, "--help"])
+    assert result.exit_code == 0, result.output
+    repeated = [str(w.message) for w in caught if "used more than once" in str(w.message)]
+    assert not repeated, repeated
+    for flag in flags:
+        assert f"--{flag}" in result.output
+
+
+def _dry_run(tmp_path, monkeypatch, verbose: str = "") -> str:
+    from flytekit.clis.sdk_in_container.pyflyte import main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
+    monkeypatch.setenv("FINETUNE_BENCH_VERBOSE", verbose)
+    args = ["run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", "inputs/llama1b_random.yaml"]
+    result = CliRunner().invoke(main, [*args, "--dry_run", "--gpu_kind", "H100"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_local_run_ends_with_its_summary_not_its_outputs(tmp_path, monkeypatch):
+    output = _dry_run(tmp_path, monkeypatch)
+    assert "DefaultNamedTupleOutput" not in output and "Empty DataFrame" not in output
+    export = tmp_path / "export"
+    assert output.splitlines()[-3:] == [
+        "conditions: 6 (5 fits, 1 borderline); runs: 18 (3 per condition)",
+        f"report: {(export / 'plan.html').resolve()}",
+        f"results: {(export / 'plan.csv').resolve()}",
+    ]
+    assert (export / SUMMARY_FILE).read_text().splitlines()[-2:] == ["report: plan.html", "results: plan.csv"]
+
+
+def test_verbose_prints_the_outputs_as_flytekit_does(tmp_path, monkeypatch):
+    output = _dry_run(tmp_path, monkeypatch, verbose="1")
+    assert "DefaultNamedTupleOutput(" in output and "report: " not in output
+
+
+def test_each_expected_oom_of_a_frontier_is_one_line():
+    probes = pd.DataFrame(
+        {
+            "arm": ["liger", "liger", "baseline"],
+            "dimension": ["per_device_train_batch_size"] * 3,
+            "value": [2, 4, 2],
+            "status": ["ok", "oom", "oom"],
+            "reason": [None, "out of memory at step 1", None],
+            "error_tail": ["", "Traceback (most recent call last):\n  ...", "Traceback ..."],
+        }
+    )
+    assert oom_lines(probes) == [
+        "expected out of memory: liger, per_device_train_batch_size 4 (out of memory at step 1)",
+        "expected out of memory: baseline, per_device_train_batch_size 2",
+    ]
