@@ -3,6 +3,7 @@ what the arm's numbers include that is not the arm's own (a SwitchBack arm's cas
 
 import pandas as pd
 
+from finetune_bench.analysis.numbers import span_text
 from finetune_bench.analysis.parity import DIVERGED
 from finetune_bench.inputs.arms import BASELINE, ArmError, parse_arm
 from finetune_bench.results.record import OK
@@ -10,10 +11,6 @@ from finetune_bench.results.record import OK
 # The dtype SwitchBack's Triton kernels take and write (`finetune_bench.running.switchback`): in any other, each
 # SwitchBack layer's output is cast from it to the model's dtype, forward and backward.
 SWITCHBACK_DTYPE = "float16"
-
-
-def _span(values: pd.Series) -> str:
-    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
 
 
 def gpu_count_text(world_sizes: pd.Series) -> str:
@@ -36,9 +33,9 @@ def verdicts(
             lines.append(f"{arm}: no condition has ok runs in both this arm and the baseline; nothing to compare.")
             continue
         speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
-        line = f"{arm} vs baseline: throughput {_span(speed)}"
+        line = f"{arm} vs baseline: throughput {span_text(speed)}"
         if not memory.empty:
-            line += f", peak reserved memory {_span(memory)}"
+            line += f", peak reserved memory {span_text(memory)}"
         line += f" over {len(both)} condition(s)"
         if table is not None and "world_size" in table and "arm" in table:
             mine = table[(table["arm"] == arm) & (table["status"] == OK)]

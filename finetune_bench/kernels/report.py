@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from finetune_bench.analysis.numbers import MISSING, span_text  # noqa: E402
 from finetune_bench.kernels.settings import LIGER, REFERENCE_PROVIDERS, TORCH_COMPILE  # noqa: E402
 from finetune_bench.reporting.html import Report, figure_html, table_html  # noqa: E402
 from finetune_bench.results.record import OK
@@ -78,9 +79,7 @@ def _verdict(speedup: pd.Series, memory: pd.Series) -> str:
 
 def _span(values: pd.Series) -> str:
     values = values.dropna()
-    if values.empty:
-        return "–"
-    return f"×{values.iloc[0]:.2f}" if len(values) == 1 else f"×{values.min():.2f}–{values.max():.2f}"
+    return MISSING if values.empty else span_text(values)
 
 
 def summary(compared: pd.DataFrame) -> pd.DataFrame:
@@ -149,6 +148,17 @@ def against_published(rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFra
     return merged.reset_index(drop=True)
 
 
+# A panel whose largest ratio is this many times its smallest is drawn on a log axis (on a linear one, the small
+# ratios of a CPU run's interpreted kernels, ×0.001, lie flat on zero beside ×1).
+LOG_AXIS_SPAN = 10.0
+
+
+def spans_orders_of_magnitude(ratios: pd.Series) -> bool:
+    """Whether positive `ratios` span LOG_AXIS_SPAN or more (1 is always on the axis: the tie line)."""
+    values = pd.concat([ratios.dropna(), pd.Series([1.0])])
+    return bool((values > 0).all() and values.max() / values.min() >= LOG_AXIS_SPAN)
+
+
 def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure | None:
     data = compared[compared[column].notna()]
     if data.empty:
@@ -157,9 +167,11 @@ def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure
         data=data, x="x_value", y=column, hue="kernel_operation_mode", col="kernel_name", col_wrap=4,
         kind="line", marker="o", height=2.8, aspect=1.2, facet_kws={"sharey": False, "sharex": False},
     )  # fmt: skip
-    for ax in grid.axes.flat:
+    for kernel, ax in grid.axes_dict.items():
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
+        if spans_orders_of_magnitude(data.loc[data["kernel_name"] == kernel, column]):
+            ax.set_yscale("log")
     grid.set_titles("{col_name}")
     grid.set_axis_labels("tokens (T or BT)", label)
     grid.figure.suptitle(f"Liger's {label} against the reference, by size", y=1.03)

@@ -3,12 +3,17 @@
 
 import re
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
+from finetune_bench.analysis import numbers
 from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
+from finetune_bench.kernels.report import _ratio_figure, spans_orders_of_magnitude, summary
 from finetune_bench.reporting.benchmark_report import grid_report
+from finetune_bench.reporting.benchmark_tabs import cells
 from finetune_bench.reporting.benchmark_tabs.cells import number_text, pairs_text, percent_text, ratio_text
 from finetune_bench.reporting.html import table_html
 from finetune_bench.results.record import RunResult
@@ -83,3 +88,38 @@ def test_a_lost_run_s_missing_reason_and_error_are_dashes_not_nan():
 def test_a_table_cell_without_a_value_is_a_dash_whatever_the_column_holds():
     frame = pd.DataFrame({"significant": [True, None], "note": ["x", float("nan")], "text": ["nan", "None"]})
     assert _cells(table_html(frame)) == ["True", "x", "–", "–", "–", "–"]
+
+
+def test_the_summary_verdict_and_the_kernel_summary_write_ratios_with_the_report_s_digits():
+    # one formatter for every figure: the tabs' cells re-export the analysis' own
+    assert cells.number_text is numbers.number_text
+    comparison = pd.DataFrame(
+        {"arm": ["liger", "liger"], "throughput_ratio": [0.0012, 0.12], "peak_reserved_ratio": [0.5, 0.61]}
+    )
+    (line,) = verdicts(comparison, pd.DataFrame(), pd.DataFrame())
+    assert line.startswith("liger vs baseline: throughput ×0.0012–0.12, peak reserved memory ×0.50–0.61")
+    compared = _kernel_points([0.001, 0.003, 0.8, 1.2])
+    (row,) = summary(compared).to_dict("records")
+    assert row["speedup (full pass)"] == "×0.0010–0.0030" and row["memory ratio (full pass)"] == "×0.80–1.20"
+
+
+def _kernel_points(ratios: list[float]) -> pd.DataFrame:
+    """rms_norm's full pass at two sizes: the first two of `ratios` its speedups, the last two its memory ratios."""
+    return pd.DataFrame(
+        {
+            "kernel_name": ["rms_norm"] * 4,
+            "kernel_operation_mode": ["full"] * 4,
+            "x_value": [16, 32, 16, 32],
+            "speedup": [ratios[0], ratios[1], None, None],
+            "memory_ratio": [None, None, ratios[2], ratios[3]],
+        }
+    )
+
+
+def test_kernel_ratios_that_span_orders_of_magnitude_are_drawn_on_a_log_axis():
+    assert spans_orders_of_magnitude(pd.Series([0.001, 0.003])) and not spans_orders_of_magnitude(pd.Series([0.8, 1.2]))
+    compared = _kernel_points([0.001, 0.003, 0.8, 1.2])
+    speed = _ratio_figure(compared, "speedup", "speedup")
+    memory = _ratio_figure(compared, "memory_ratio", "memory ratio")
+    assert [ax.get_yscale() for ax in speed.axes] == ["log"] and [ax.get_yscale() for ax in memory.axes] == ["linear"]
+    plt.close("all")

@@ -1,23 +1,14 @@
 """How the tabs write a figure into a table cell or a sentence: with the digits that carry its information (a ratio
 of 0.0012 is "×0.0012", never "×0.00"), and "–" where it was not computed (never "None" or "nan")."""
 
-import math
 from collections.abc import Iterable
 
 import pandas as pd
 
-MISSING = "–"
+# One source for how a figure is written: the Summary's verdicts (analysis) and the kernel benchmark's use it too.
+from finetune_bench.analysis.numbers import MISSING, number_text
 
-
-def number_text(value: float, min_decimals: int = 2, significant: int = 2) -> str:
-    """`value` with at least `min_decimals` decimals and at least `significant` significant digits: 1.2 → "1.20",
-    0.0012 → "0.0012", 0.05 → "0.050"; "–" where it is missing."""
-    if value is None or pd.isna(value):
-        return MISSING
-    if value == 0 or not math.isfinite(value):
-        return f"{value:.{min_decimals}f}"
-    decimals = max(min_decimals, significant - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
+__all__ = ["MISSING", "has_values", "number_text", "pairs_text", "percent_text", "ratio_text", "text_or_missing"]
 
 
 def ratio_text(ratio: float, low: float, high: float) -> str:
