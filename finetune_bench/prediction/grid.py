@@ -26,8 +26,12 @@ RUN_OVERHEAD_S = 30.0
 # A prediction is trusted to this share either way: it is a sure OOM only when even 10 % less would not fit, and
 # surely fits only when 10 % more would.
 MARGIN = 0.10
-# Verdicts.
+# Verdicts. `borderline`: within MARGIN of the usable memory either way. `oom at max length`: a sure OOM at
+# max_seq_length that data of shorter examples (padded to each batch's longest) may escape, so not a sure one.
 FITS, BORDERLINE, OOM, UNKNOWN = "fits", "borderline", "oom", "unknown"
+OOM_AT_MAX_LENGTH = "oom at max length"
+# Why a condition's verdict is unknown although its memory was predicted.
+NO_TARGET_MEMORY = "no GPU memory to compare with: name gpu_kind (or gpu_memory_gib) to predict for a GPU"
 ACCELERATOR_ENV = "FINETUNE_BENCH_TRAIN_ACCELERATOR"
 
 
@@ -105,6 +109,8 @@ class ConditionPrediction:
     step_time_s: float | None
     tokens_per_second: float | None
     flops_per_token: float | None = None
+    # Why the verdict is `unknown` or `oom at max length` (the figure alone does not say), else "".
+    verdict_reason: str = ""
 
     def oom_reason(self, target: Target) -> str:
         """The reason a run skipped as a sure OOM ends with."""
@@ -168,12 +174,19 @@ def predict_condition(
             unpredicted = str(reason)
     if shape is not None and args.device != "cpu":
         flops = flops_per_token(args, shape)
-    verdict = UNKNOWN
-    if memory is not None and target.memory_bytes:
+    verdict, verdict_reason = UNKNOWN, unpredicted
+    if memory is not None and not target.memory_bytes:
+        verdict_reason = NO_TARGET_MEMORY
+    elif memory is not None:
         usable, peak = usable_bytes(target.memory_bytes), memory.peak_reserved_bytes
         verdict = FITS if peak * (1 + MARGIN) <= usable else OOM if peak * (1 - MARGIN) > usable else BORDERLINE
         if verdict == OOM and not sequences_full(args):
-            verdict = BORDERLINE  # predicted at full length, an upper bound for real data: never a sure OOM
+            # predicted at full length, an upper bound for real data: never a sure OOM
+            verdict = OOM_AT_MAX_LENGTH
+            verdict_reason = (
+                f"out of memory if every sequence is {args.max_seq_length} tokens; a batch is padded to its longest "
+                "example, so shorter examples may fit (not a sure OOM: never skipped)"
+            )
     if flops is not None and target.peak_tflops:
         tokens = args.per_device_train_batch_size * args.max_seq_length * args.gradient_accumulation_steps
         hardware = flops
@@ -190,6 +203,7 @@ def predict_condition(
         step_time_s=step_time,
         tokens_per_second=tokens_per_second,
         flops_per_token=flops,
+        verdict_reason=verdict_reason,
     )
 
 

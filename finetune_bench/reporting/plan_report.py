@@ -4,6 +4,7 @@ import html
 
 import pandas as pd
 
+from finetune_bench.analysis.numbers import number_text
 from finetune_bench.prediction.gpus import GIB, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
 from finetune_bench.prediction.memory import PARTS
@@ -22,20 +23,31 @@ def plan_table(estimate: GridEstimate) -> pd.DataFrame:
         else:
             row["predicted_peak_reserved_gib"] = float("nan")
             row["not_predicted"] = c.unpredicted
+        row["verdict_reason"] = c.verdict_reason
         row["predicted_step_time_s"] = c.step_time_s
         row["predicted_tokens_per_second"] = c.tokens_per_second
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def shared_reasons(estimate: GridEstimate) -> dict[str, str]:
+    """Verdict → the reason every condition with it has, where they all have the same one (said once, in the
+    conditions line, instead of on each condition's)."""
+    reasons: dict[str, set[str]] = {}
+    for c in estimate.conditions:
+        reasons.setdefault(c.verdict, set()).add(c.verdict_reason)
+    return {verdict: next(iter(r)) for verdict, r in reasons.items() if len(r) == 1 and "" not in r}
+
+
 def _totals(estimate: GridEstimate) -> list[str]:
     e = estimate
     counts = pd.Series([c.verdict for c in e.conditions]).value_counts().to_dict()
+    why = "".join(f"; {verdict}: {reason}" for verdict, reason in shared_reasons(e).items())
     lines = [
         f"target GPU: {e.target.describe()}"
         + (f", {usable_bytes(e.target.memory_bytes) / GIB:.1f} GiB usable by torch" if e.target.memory_bytes else ""),
         f"conditions: {len(e.conditions)} ({', '.join(f'{n} {v}' for v, n in counts.items())}); runs: {e.runs} "
-        f"({e.n_runs} per condition)",
+        f"({e.n_runs} per condition){why}",
     ]
     if e.skipped_runs:
         lines.append(f"not launched (skip_predicted_oom): {e.skipped_runs} run(s) predicted out of memory")
@@ -47,21 +59,32 @@ def _totals(estimate: GridEstimate) -> list[str]:
 
 
 def plan_text(estimate: GridEstimate) -> str:
-    """The dry run's printout: a line per condition, then the totals."""
+    """The dry run's printout: a line per condition, then the totals. A verdict the figure alone does not explain
+    (`unknown`, `oom at max length`) says why on its line, or once in the conditions line when every condition with
+    that verdict has the same reason."""
+    shared = shared_reasons(estimate)
     lines = []
     for c in estimate.conditions:
+        why = f": {c.verdict_reason}" if c.verdict_reason and shared.get(c.verdict) != c.verdict_reason else ""
         if c.memory is None:
-            memory = f"memory not predicted: {c.unpredicted}"
+            memory = f"memory not predicted{why}"
         else:
             parts = ", ".join(
                 f"{part.replace('_', ' ')} {value / GIB:.1f}"
                 for part, value in c.memory.breakdown.items()
                 if value >= 0.05 * GIB
             )
-            memory = f"{c.memory.peak_reserved_bytes / GIB:6.1f} GiB {c.verdict:<10} ({parts})"
+            memory = f"{gib_text(c.memory.peak_reserved_bytes)} GiB {c.verdict:<10}" + (f" ({parts})" if parts else "")
+            memory = memory.rstrip() + why
         speed = f" | {c.step_time_s:.2f} s/step, {c.tokens_per_second:,.0f} tok/s" if c.step_time_s is not None else ""
         lines.append(f"{c.condition_id}: {memory}{speed}")
     return "\n".join(lines + [""] + _totals(estimate))
+
+
+def gib_text(size_bytes: float) -> str:
+    """A predicted size in GiB, right-aligned to 6 characters: one decimal, two significant digits below 1 GiB (a
+    tiny model's 0.0022, not 0.0)."""
+    return f"{number_text(size_bytes / GIB, min_decimals=1):>6}"
 
 
 def plan_report(estimate: GridEstimate) -> Report:
@@ -71,8 +94,10 @@ def plan_report(estimate: GridEstimate) -> Report:
     note = (
         "<p>A dry run: nothing was downloaded or trained. Peak memory is predicted per GPU from the model's config "
         "and the settings (docs/prediction.md); <b>fits</b> and <b>oom</b> hold even if the prediction is 10 % off, "
-        "<b>borderline</b> is within 10 % of the GPU's usable memory. Step time is model FLOPs at the MFU assumed "
-        "for the GPU kind.</p>"
+        "<b>borderline</b> is within 10 % of the GPU's usable memory, <b>oom at max length</b> a sure OOM with every "
+        "sequence max_seq_length tokens long that data of shorter examples may escape (batches are padded to their "
+        "longest), <b>unknown</b> has no figure or no GPU memory to compare with (verdict_reason says which). Step "
+        "time is model FLOPs at the MFU assumed for the GPU kind.</p>"
     )
     return Report(
         sections={"Plan": f"<ul>{summary}</ul>{note}" + table_html(table.round(3))}, headline=_totals(estimate)[1:2]

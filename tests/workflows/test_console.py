@@ -52,8 +52,9 @@ def test_a_local_run_ends_with_its_summary_not_its_outputs(tmp_path, monkeypatch
     output = _dry_run(tmp_path, monkeypatch)
     assert "DefaultNamedTupleOutput" not in output and "Empty DataFrame" not in output
     export = tmp_path / "export"
-    assert output.splitlines()[-3:] == [
-        "conditions: 6 (5 fits, 1 borderline); runs: 18 (3 per condition)",
+    conditions, *paths = output.splitlines()[-3:]
+    assert conditions.startswith("conditions: 6 (5 fits, 1 oom at max length); runs: 18 (3 per condition)")
+    assert paths == [
         f"report: {(export / 'plan.html').resolve()}",
         f"results: {(export / 'plan.csv').resolve()}",
     ]

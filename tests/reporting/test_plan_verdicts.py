@@ -1,0 +1,47 @@
+"""A plan's verdicts agree with the definitions its page gives (borderline: within 10 % of the usable memory), and
+a condition without a verdict says why."""
+
+from pathlib import Path
+
+import yaml
+
+from finetune_bench.inputs.plan import plan_runs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
+from finetune_bench.prediction import grid
+from finetune_bench.prediction.gpus import usable_bytes
+from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _estimate(inputs_file: str, gpu_kind: str) -> grid.GridEstimate:
+    inputs = yaml.safe_load((ROOT / "inputs" / inputs_file).read_text())
+    experiment, training = ExperimentArgs(**inputs["experiment_args"]), TrainingArgs(**inputs["training_args"])
+    planned = plan_runs(experiment, training, inputs.get("n_runs", 1))
+    return grid.estimate_grid(planned, grid.target_gpu(gpu_kind), 0.0, False)
+
+
+def test_borderline_is_within_the_margin_and_a_far_oom_at_full_length_is_named_as_such():
+    estimate = _estimate("llama1b_random.yaml", "H100")
+    usable = usable_bytes(estimate.target.memory_bytes)
+    for c in estimate.conditions:
+        share = c.memory.peak_reserved_bytes / usable
+        if c.verdict == grid.BORDERLINE:
+            assert share * (1 + grid.MARGIN) > 1 and share * (1 - grid.MARGIN) <= 1, c
+    (far,) = [c for c in estimate.conditions if c.condition_id == "arm=baseline,per_device_train_batch_size=16"]
+    assert far.memory.peak_reserved_bytes > 1.4 * usable  # 116 GiB against 78.4 GiB usable
+    assert far.verdict == grid.OOM_AT_MAX_LENGTH and "2048 tokens" in far.verdict_reason
+    text = plan_text(estimate)
+    assert "borderline" not in text and "1 oom at max length); runs: 18 (3 per condition); oom at max length: " in text
+    assert "<b>oom at max length</b>" in plan_report(estimate).sections["Plan"]
+
+
+def test_a_condition_without_a_verdict_says_why():
+    planned = plan_runs(smoke_experiment(), TrainingArgs(), 1)
+    estimate = grid.estimate_grid(planned, grid.target_gpu(""), 0.0, False)
+    table = plan_table(estimate)
+    assert (table["verdict"] == grid.UNKNOWN).all()
+    assert (table["verdict_reason"] == grid.NO_TARGET_MEMORY).all()
+    text = plan_text(estimate)
+    assert "()" not in text and " 0.0 GiB" not in text  # a tiny model's peak keeps its digits
+    assert f"conditions: 4 (4 unknown); runs: 4 (1 per condition); unknown: {grid.NO_TARGET_MEMORY}" in text
