@@ -40,7 +40,7 @@ from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.execution import cluster_notes
-from tasks.plan import PLANNING_TASK, check_output_locations, check_wandb_key, checked
+from tasks.plan import PLANNING_TASK, check_output_locations, check_wandb_key, checked, predicted_accelerator
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -163,8 +163,9 @@ class FrontierReport(NamedTuple):
 @task(container_image=training_image, requests=ANALYSIS_RESOURCES, enable_deck=True, environment=REGISTRATION_ENV)
 def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memory_gib: float) -> FrontierOutputs:
     """The dry run's outputs: the predicted frontier of every search (in place of the frontier table), no probes,
-    no throughput runs, and the plan report (frontier_plan.html, also the Deck)."""
-    target = target_gpu(gpu_kind, gpu_memory_gib)
+    no throughput runs, and the plan report (frontier_plan.html, also the Deck). An empty `gpu_kind`: on a cluster,
+    the GPU the train tasks are registered with (`tasks.plan.predicted_accelerator`)."""
+    target = target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))
     table = predicted_frontiers(searches, target)
     print(f"target GPU: {target.describe()}\n{table.to_string(index=False)}", flush=True)
     intro = (

@@ -16,6 +16,7 @@ from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
+from finetune_bench.prediction import gpus
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.prediction.grid import (
     GridEstimate,
@@ -30,7 +31,7 @@ from finetune_bench.sources.cache import cache_root, cache_root_key, default_res
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
 from tasks.execution import cluster_notes, on_cluster
-from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, WANDB_SECRETS
+from tasks.registration import ANALYSIS_RESOURCES, REGISTERED_ACCELERATOR, REGISTRATION_ENV, WANDB_SECRETS
 from tasks.wandb_runs import require_wandb_key
 
 T = TypeVar("T")
@@ -123,10 +124,34 @@ def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArg
 
 def estimate_plan(plan: BenchmarkPlan) -> GridEstimate:
     """The memory model's estimate of every planned condition on the plan's target GPU (its kind, else the
-    accelerator's)."""
+    accelerator's: `predicted_accelerator`)."""
     p, accelerator = plan.prediction, plan.execution.accelerator
-    target = target_gpu(p.gpu_kind, p.gpu_memory_gib, accelerator)
+    target = target_gpu(p.gpu_kind, p.gpu_memory_gib, predicted_accelerator(accelerator))
     return estimate_grid(plan.runs, target, p.gpu_hour_price, p.skip_predicted_oom)
+
+
+def for_a_cluster() -> bool:
+    """Whether the runs planned here train on a cluster: in a cluster's pod (`tasks.execution.on_cluster`), and in
+    `union run --remote` (or `pyflyte run --remote`) checking an inputs file before sending it."""
+    if on_cluster():
+        return True
+    context = click.get_current_context(silent=True)
+    return bool(getattr(context.obj if context is not None else None, "is_remote", False))
+
+
+def predicted_accelerator(accelerator: str) -> str:
+    """The accelerator a plan predicts for when its `gpu_kind` is empty: the inputs' `accelerator`, else on a cluster
+    (`for_a_cluster`) the one the train tasks are registered with (`tasks.registration.REGISTERED_ACCELERATOR`, an A100
+    unless FINETUNE_BENCH_TRAIN_ACCELERATOR names another; none for any GPU or a GPU the memory model does not
+    know). Locally none: the target is then FINETUNE_BENCH_TRAIN_ACCELERATOR where it is set, else no GPU is named
+    (a run measures the machine's own)."""
+    if accelerator or not for_a_cluster() or not REGISTERED_ACCELERATOR:
+        return accelerator
+    try:
+        gpus.gpu_kind(REGISTERED_ACCELERATOR)
+    except SpecError:
+        return ""
+    return REGISTERED_ACCELERATOR
 
 
 def check_prediction_settings(
@@ -141,7 +166,7 @@ def check_prediction_settings(
         if accelerator:
             accelerator_name(accelerator)
     problems.raise_if_any()
-    check_skip_has_target(skip_predicted_oom, target_gpu(gpu_kind, gpu_memory_gib, accelerator))
+    check_skip_has_target(skip_predicted_oom, target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(accelerator)))
 
 
 class InvalidInputs(click.ClickException):

@@ -47,8 +47,10 @@ def _times(quantity: str, factor: int) -> str:
     return f"{int(number) * factor}{quantity[len(number) :]}" if number.isdigit() else quantity
 
 
-_accelerator = train_accelerator()
-TRAIN_ACCELERATOR = GPUAccelerator(_accelerator) if _accelerator else None
+# The accelerator the train tasks are registered with (a Flyte accelerator name; empty: any GPU): what they ask for,
+# and what a cluster's plan predicts for when the inputs name no GPU (`tasks.plan.predicted_accelerator`).
+REGISTERED_ACCELERATOR = train_accelerator()
+TRAIN_ACCELERATOR = GPUAccelerator(REGISTERED_ACCELERATOR) if REGISTERED_ACCELERATOR else None
 
 DOWNLOAD_RESOURCES = Resources(cpu="4", mem="32Gi")
 ANALYSIS_RESOURCES = Resources(cpu="2", mem="4Gi")

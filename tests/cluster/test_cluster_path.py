@@ -35,6 +35,9 @@ training_args:
   max_steps: 2
   timing_warmup_steps: 1
 """
+# The benchmark as the emulated cluster executes it skips the runs predicted to run out of memory, naming no GPU: the
+# prediction is for the accelerator the train tasks are registered with (an A100), from the CLI's check to the plan.
+EXECUTED_BENCHMARK_INPUTS = BENCHMARK_INPUTS + "skip_predicted_oom: true\n"
 FRONTIER_INPUTS = """
 training_args:
   model_name: "random:tiny-llama"
@@ -59,7 +62,7 @@ sweep:
 """
 # name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
 REGISTRATIONS = {
-    "benchmark": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {}, "elsewhere"),
+    "benchmark": ("benchmark", "benchmarking_experiment", EXECUTED_BENCHMARK_INPUTS, {}, "elsewhere"),
     "any_gpu": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {"FINETUNE_BENCH_TRAIN_ACCELERATOR": ""}, ""),
     "h100": (
         "benchmark",
@@ -217,6 +220,7 @@ def test_every_benchmark_task_runs_in_its_pod_and_the_grid_trains_and_reports(be
     assert "results_store is empty" in report
     plan = _pod(cluster, "plan_benchmark").log
     assert "the plan:" in plan and "note: results_store is empty" in plan
+    assert "target GPU: A100 (40.0 GiB" in plan  # registered without an accelerator: the train tasks' A100
 
 
 def test_two_identify_sources_pods_give_the_same_cache_keys(benchmark_run, tmp_path):
