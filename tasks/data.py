@@ -1,4 +1,5 @@
-"""Cached download tasks: a dataset and a model, each as a directory."""
+"""Cached download tasks: a dataset and a model, each as a directory, cached under what is downloaded and the version
+of the code that prepares it (`tasks.registration.DATASET_CACHE_VERSION`, `MODEL_CACHE_VERSION`)."""
 
 import contextlib
 import dataclasses
@@ -20,10 +21,11 @@ from finetune_bench.sources.versions import SourceVersions, source_versions
 from images import training_image
 from tasks.execution import on_cluster
 from tasks.registration import (
-    DOWNLOAD_CACHE_VERSION,
+    DATASET_CACHE_VERSION,
     DOWNLOAD_RESOURCES,
     HF_SECRETS,
     HF_TOKEN_SECRET_KEY,
+    MODEL_CACHE_VERSION,
     REGISTRATION_ENV,
 )
 
@@ -53,7 +55,7 @@ def _hf_token() -> str | None:
 @task(
     container_image=training_image,
     cache=True,
-    cache_version=DOWNLOAD_CACHE_VERSION,
+    cache_version=DATASET_CACHE_VERSION,
     requests=DOWNLOAD_RESOURCES,
     secret_requests=HF_SECRETS,
     environment=REGISTRATION_ENV,
@@ -89,7 +91,7 @@ def download_dataset(
 @task(
     container_image=training_image,
     cache=True,
-    cache_version=DOWNLOAD_CACHE_VERSION,
+    cache_version=MODEL_CACHE_VERSION,
     requests=DOWNLOAD_RESOURCES,
     secret_requests=HF_SECRETS,
     environment=REGISTRATION_ENV,

@@ -46,6 +46,25 @@ def slug(name: str, params: dict) -> str:
     return f"{readable}-{digest}"
 
 
+# The modules of this package whose code shapes what a prepared dataset or model holds (`preparation_digest`); the
+# others shape neither (`versions.py` names what is prepared, `__init__.py` says what the stage owns). A module added
+# here belongs in one of the lists: tests/sources/test_preparation.py checks that each is named.
+DATASET_PREPARATION = ("cache.py", "datasets.py", "formats.py", "synthetic.py")
+MODEL_PREPARATION = ("cache.py", "models.py", "synthetic.py")
+NOT_PREPARATION = ("__init__.py", "versions.py")
+
+
+def preparation_digest(modules: tuple[str, ...], extra: object = None, package: Path | None = None) -> str:
+    """A hash of the source of `modules` (files of this package, or of `package`) and of `extra` (values from
+    elsewhere that shape the prepared output): a prepared copy's code version, which changes when that code does."""
+    package = package or Path(__file__).resolve().parent
+    digest = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode())
+    for name in sorted(set(modules)):
+        digest.update(f"\0{name}\0".encode())
+        digest.update((package / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def build_into(dest: Path, build: Callable[[Path], None]) -> Path:
     """Run `build(tmpdir)` and move the result to `dest` atomically; reuse a complete `dest`."""
     if (dest / COMPLETE_MARKER).exists():

@@ -1,7 +1,8 @@
 """What a grid's model and dataset are, as versions: stable names of their content for the results store's key,
 and keys for Flyte's download cache.
 
-A cache key is what is downloaded (the source, its parameters and, for a local source, its content). On a cluster
+A cache key is what is downloaded (the source, its parameters and, for a local source, its content); the download
+tasks add the version of the code that prepares it (`cache.preparation_digest`) as their cache version. On a cluster
 that is all it is: a cached download's output lives in the execution's blob store, whichever pod asks. In a local
 run a cached output is the prepared copy's path on this machine, so there the key also changes when that copy is
 gone (a deleted cache directory): a cached download never points at nothing or at stale data."""
