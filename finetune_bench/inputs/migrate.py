@@ -49,6 +49,8 @@ class Migration:
     dropped: list[str] = field(default_factory=list)
     # "section.key: why it cannot be converted", one per key left out that needs a decision by hand.
     not_converted: list[str] = field(default_factory=list)
+    # setting → why the value written for it is a placeholder to set by hand (a comment on its line of the file).
+    to_set: dict[str, str] = field(default_factory=dict)
 
 
 def _convert_value(entry: TutorialKey, value: Any) -> Any:
@@ -101,7 +103,38 @@ def migrate(inputs: Mapping[str, Any]) -> Migration:
             )
             result.changed.append(Converted(section, was, now))
         result.inputs[section] = converted
+    _steps_for_epochs(result, inputs)
     return result
+
+
+def _steps_for_epochs(result: Migration, inputs: Mapping[str, Any]) -> None:
+    """A file that set how long to train in epochs only (`num_train_epochs`, no `max_steps`) gets max_steps written
+    out, marked to set by hand: an epoch's steps depend on the dataset's size, which is not known here, and the
+    default (a smoke test's few steps) would otherwise be taken without a word."""
+    training, experiment = inputs.get("training_args"), inputs.get("experiment_args")
+    if not isinstance(training, dict) or "num_train_epochs" not in training or "max_steps" in training:
+        return
+    if isinstance(experiment, dict) and "max_steps" in experiment:
+        return
+    default = TrainingArgs().max_steps
+    result.inputs["training_args"]["max_steps"] = default
+    result.to_set["max_steps"] = (
+        f"SET BY HAND: the tutorial trained num_train_epochs: {flow(training['num_train_epochs'])}; every run here "
+        f"trains max_steps optimizer steps (an epoch is the dataset's examples over the batch size), and {default}, "
+        "the default, only checks that a run works"
+    )
+
+
+def _with_comments(text: str, to_set: Mapping[str, str]) -> str:
+    """The written file with each placeholder setting's line of training_args commented (`max_steps: 4  # ...`)."""
+    lines, section = text.splitlines(), ""
+    for i, line in enumerate(lines):
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+        key = line.strip().split(":", 1)[0]
+        if section == "training_args" and key in to_set:
+            lines[i] = f"{line}  # {to_set[key]}"
+    return "\n".join(lines) + "\n"
 
 
 def migration_hint(inputs: Mapping[str, Any], path: str = "") -> str:
@@ -155,10 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     migration = migrate(inputs)
     out = args.out or default_out(args.inputs)
     header = f"# Converted from {args.inputs} by `python -m finetune_bench.inputs.migrate` (make migrate).\n"
-    out.write_text(header + yaml.dump(migration.inputs, Dumper=_InputsDumper, sort_keys=False, width=100))
+    written = yaml.dump(migration.inputs, Dumper=_InputsDumper, sort_keys=False, width=100)
+    out.write_text(header + _with_comments(written, migration.to_set))
     print(f"wrote {out}")
     for title, lines in (
         ("changed", [str(c) for c in migration.changed]),
+        (
+            "written with a placeholder: SET BY HAND before a real run",
+            [
+                f"training_args.{key}: {migration.inputs['training_args'][key]}: {why.removeprefix('SET BY HAND: ')}"
+                for key, why in migration.to_set.items()
+            ],
+        ),
         ("left out (nothing lost)", migration.dropped),
         ("NOT converted (left out of the file: set by hand, see docs/settings.md)", migration.not_converted),
     ):

@@ -113,3 +113,22 @@ def test_each_tutorial_key_says_what_it_is_here():
         "steps)",
         "training_args.dataset is not a setting (did you mean 'dataset_name'?)",
     ]
+
+
+def test_epochs_without_max_steps_write_max_steps_to_set_by_hand(tmp_path, capsys):
+    source = tmp_path / "epochs.yaml"
+    source.write_text(yaml.safe_dump({"training_args": {"dataset": "tatsu-lab/alpaca", "num_train_epochs": 3}}))
+    assert main([str(source)]) == 0
+    printed = capsys.readouterr().out
+    written = (tmp_path / "epochs.migrated.yaml").read_text()
+    (line,) = [line for line in written.splitlines() if line.strip().startswith("max_steps")]
+    assert line.startswith(f"  max_steps: {TrainingArgs().max_steps}  # SET BY HAND: the tutorial trained ")
+    assert "num_train_epochs: 3" in line
+    assert yaml.safe_load(written)["training_args"]["max_steps"] == TrainingArgs().max_steps
+    assert "written with a placeholder: SET BY HAND before a real run:\n  training_args.max_steps: " in printed
+    # a file that says max_steps (given or swept) keeps it, without a comment
+    for inputs in (
+        {"training_args": {"num_train_epochs": 1, "max_steps": 40}},
+        {"experiment_args": {"max_steps": [10, 20]}, "training_args": {"num_train_epochs": 1}},
+    ):
+        assert not migrate(inputs).to_set
