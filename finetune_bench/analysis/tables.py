@@ -33,6 +33,19 @@ SUMMARY_COLUMNS = (
 )
 
 
+# The results table's `hardware` of a run that trained on a CPU.
+CPU = "cpu"
+
+
+def hardware_label(device: str, gpu_name: str) -> str:
+    """What a run trained on, for the results table: "cpu", "gpu: <its name>", "gpu", or "" when it did not say."""
+    if str(device).startswith("cpu"):
+        return CPU
+    if gpu_name:
+        return f"gpu: {gpu_name}"
+    return "gpu" if device else ""
+
+
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
     """One row per planned run, in plan order. A run whose task was lost still gets its row."""
     by_key = {(r.condition_id, r.run_number): r for r in results if r is not None}
@@ -41,11 +54,15 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         result = by_key.get((run.condition_id, run.run_number))
         row: dict = {"condition_id": run.condition_id, "run_number": run.run_number}
         row.update({axis: getattr(run.training_args, axis) for axis in axis_names()})
+        # what the run trained on: "cpu" (num_gpus, world_size and the per-GPU figures then count processes on the
+        # CPU, not GPUs), or the GPU; empty when the run did not say
+        row["hardware"] = ""
         row.update(world_size=run.training_args.world_size, global_batch_size=run.training_args.global_batch_size)
         if result is None:
             row.update(status=LOST, reason="the training task failed; no result came back")
             rows.append(row)
             continue
+        row["hardware"] = hardware_label(result.details.get("device", ""), result.environment.get("gpu_name", ""))
         row.update(status=result.status, reason=result.reason)
         for metric in TABLE_METRICS:
             if metric.name in result.metrics:
