@@ -3,7 +3,7 @@
 import dataclasses
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
@@ -30,6 +30,9 @@ class PlannedRun:
     refused: str = ""
     # The memory model's peak reserved memory for this condition (None: not predicted).
     predicted_peak_reserved_bytes: float | None = None
+    # The memory model's allocated bytes at each moment it counts (`prediction.memory.MOMENT_PHASES`), checked
+    # against the run's memory phases.
+    predicted_moment_allocated_bytes: dict[str, float] = field(default_factory=dict)
     # Why this run is not launched although it could run: with `skip_predicted_oom`, the memory model's sure
     # out-of-memory on the target GPU. It ends as a `predicted_oom` result with this reason.
     predicted_oom: str = ""

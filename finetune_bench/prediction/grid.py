@@ -269,6 +269,7 @@ def with_predictions(planned: list[PlannedRun], estimate: GridEstimate, skip_pre
         changes: dict = {}
         if prediction.memory is not None:
             changes["predicted_peak_reserved_bytes"] = prediction.memory.peak_reserved_bytes
+            changes["predicted_moment_allocated_bytes"] = dict(prediction.memory.moments)
         if skip_predicted_oom and prediction.verdict == OOM and not run.refused:
             changes["predicted_oom"] = prediction.oom_reason(estimate.target)
         updated.append(dataclasses.replace(run, **changes))

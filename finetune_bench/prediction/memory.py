@@ -109,6 +109,14 @@ PARTS = (
 )
 # Where a peak happens.
 BACKWARD_START, OPTIMIZER_STEP, FORWARD = "backward_start", "optimizer_step", "forward"
+# The memory phases a run records (`measuring.metrics.MEMORY_PHASES`) whose peak each moment is: the backward pass's
+# start is the largest moment before the optimizer step (the forward pass, the loss and the backward pass, whose
+# checkpointed layers are rebuilt one at a time); the optimizer step's is its own phase.
+MOMENT_PHASES = {
+    BACKWARD_START: ("forward", "loss", "backward"),
+    OPTIMIZER_STEP: ("optimizer",),
+    FORWARD: ("forward", "loss"),
+}
 ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -135,6 +143,9 @@ class MemoryPrediction:
     breakdown: dict[str, float] = field(default_factory=dict)
     # What the prediction assumed that a user may want to know (padding, the loss path, ...).
     assumptions: list[str] = field(default_factory=list)
+    # The allocated bytes of each moment counted (BACKWARD_START and OPTIMIZER_STEP, or FORWARD alone), the peak
+    # being the largest: what a run's memory phases are checked against (`MOMENT_PHASES`).
+    moments: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -336,7 +347,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
             breakdown["logits_and_loss"] = 0
         else:
             breakdown["activations"] = 0
-        return _finish(step, allocated, FORWARD, breakdown, assumptions)
+        return _finish(step, allocated, FORWARD, breakdown, assumptions, {FORWARD: allocated})
 
     per_layer = layer_activation_bytes(shape, step)
     if step.checkpointing:
@@ -350,6 +361,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     resident_gradients = gradients if step.accumulation else 0
     backward_start = weights + states + resident_gradients + activations + loss_at_peak + other
     optimizer_step = weights + gradients + states + temporaries
+    moments = {BACKWARD_START: backward_start, OPTIMIZER_STEP: optimizer_step}
     if backward_start >= optimizer_step:
         breakdown = {
             "weights": weights,
@@ -359,18 +371,23 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
             "logits_and_loss": loss_at_peak,
             "batch_and_other": other,
         }
-        return _finish(step, backward_start, BACKWARD_START, breakdown, assumptions)
+        return _finish(step, backward_start, BACKWARD_START, breakdown, assumptions, moments)
     breakdown = {
         "weights": weights,
         "gradients": gradients,
         "optimizer_states": states,
         "optimizer_step_temporaries": temporaries,
     }
-    return _finish(step, optimizer_step, OPTIMIZER_STEP, breakdown, assumptions)
+    return _finish(step, optimizer_step, OPTIMIZER_STEP, breakdown, assumptions, moments)
 
 
 def _finish(
-    step: Step, allocated: float, phase: str, parts: dict[str, float], assumptions: list[str]
+    step: Step,
+    allocated: float,
+    phase: str,
+    parts: dict[str, float],
+    assumptions: list[str],
+    moments: dict[str, float],
 ) -> MemoryPrediction:
     overhead = ALLOCATOR_OVERHEAD[phase] * allocated
     breakdown = {part: float(parts.get(part, 0.0)) for part in PARTS}
@@ -382,4 +399,5 @@ def _finish(
         loss_path=step.loss_path.name,
         breakdown=breakdown,
         assumptions=assumptions,
+        moments={moment: float(value) for moment, value in moments.items()},
     )

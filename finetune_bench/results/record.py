@@ -80,5 +80,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     # The memory model's peak reserved memory for this run's condition on its GPU (None: not predicted).
     predicted_peak_reserved_bytes: float | None = None
+    # Its allocated bytes at each moment the memory model counts (`prediction.memory.MOMENT_PHASES`).
+    predicted_moment_allocated_bytes: dict[str, float] = field(default_factory=dict)
     # Each rank of a run on several GPUs (`training_args.world_size` > 1), by rank; empty on one GPU.
     ranks: list[RankSummary] = field(default_factory=list)

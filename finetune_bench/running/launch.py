@@ -125,6 +125,7 @@ def not_launched(run: PlannedRun) -> RunResult:
         status=ERROR if run.refused else PREDICTED_OOM,
         reason=run.refused or run.predicted_oom,
         predicted_peak_reserved_bytes=run.predicted_peak_reserved_bytes,
+        predicted_moment_allocated_bytes=dict(run.predicted_moment_allocated_bytes),
     )
 
 
@@ -139,6 +140,7 @@ def run_in_child(run: PlannedRun, dataset_dir: Path, model_dir: Path, work_dir: 
     if waited_s >= 1:
         result.details["waited_for_device_s"] = f"{waited_s:.0f}"
     result.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
+    result.predicted_moment_allocated_bytes = dict(run.predicted_moment_allocated_bytes)
     return result
 
 

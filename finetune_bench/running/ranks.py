@@ -226,6 +226,7 @@ def run_on_ranks(
         merged.problems.extend(problems)
         merged.problems.extend(save_result(results_store, key, merged, identity, name))
         merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
+        merged.predicted_moment_allocated_bytes = dict(run.predicted_moment_allocated_bytes)
         return merged
 
 

@@ -145,6 +145,20 @@ def test_small_batches_peak_at_the_optimizer_step_with_adamw_states():
     assert sgd.breakdown["optimizer_states"] == 0
 
 
+def test_each_counted_moment_is_kept_and_the_peak_is_the_largest_of_them():
+    from finetune_bench.measuring.metrics import MEMORY_PHASES
+
+    shape = model_shape(model_config("random:phi-3-mini"))
+    args = TrainingArgs(model_name="random:phi-3-mini", dtype="bfloat16", device="cuda", max_seq_length=512)
+    for batch in (1, 16):  # the optimizer step's peak, then the backward pass's start
+        p = memory.predict_memory(dataclasses.replace(args, per_device_train_batch_size=batch), shape)
+        assert set(p.moments) == {memory.BACKWARD_START, memory.OPTIMIZER_STEP}
+        assert max(p.moments, key=p.moments.get) == p.phase
+        assert p.moments[p.phase] == p.peak_allocated_bytes
+    # the moments are checked against phases a run records
+    assert {phase for phases in memory.MOMENT_PHASES.values() for phase in phases} <= set(MEMORY_PHASES)
+
+
 def test_checkpointing_keeps_one_input_per_layer():
     shape = model_shape(model_config("random:llama-3.2-1b"))
     args = TrainingArgs(model_name="random:llama-3.2-1b", dtype="bfloat16", device="cuda", max_seq_length=2048)
