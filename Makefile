@@ -1,13 +1,18 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make demo   offline CPU smoke run of the benchmark workflow; prints the report and results paths
 #   make test   the test suite
+# `make help` (or `make` alone) lists every target with its line: the `## ` comment on the target's own line.
+.DEFAULT_GOAL := help
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 INPUTS ?= inputs/smoke.yaml
 FRONTIER_INPUTS ?= inputs/frontier_smoke.yaml
 KERNEL_INPUTS ?= inputs/kernels_smoke.yaml
-RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
+# Read once (:=), so that every line of a target names the same directory.
+ifndef RUN_DIR
+RUN_DIR := runs/$(shell date +%Y%m%d-%H%M%S)
+endif
 # Every package at the version pinned in the lockfile (`make lock` writes it from pyproject.toml).
 LOCK := requirements.lock
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
@@ -19,7 +24,7 @@ export FINETUNE_BENCH_VERBOSE := 1
 endif
 Q := $(if $(VERBOSE),,@)
 
-.PHONY: demo test test-all run plan migrate frontier kernels install install-dev lint lock docs clean
+.PHONY: help demo test test-all run plan migrate frontier kernels install install-dev lint lock docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,17 +43,26 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(LOCK)
 $(VENV)/.installed-dev: $(VENV)/.installed
 	touch $@
 
-install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+install: $(VENV)/.installed ## create .venv with the locked packages and the project
+install-dev: $(VENV)/.installed-dev ## the same, with the dev tools (pytest, ruff)
 
-run: $(VENV)/.installed
+# Each target with a `## ` comment on its line, and that comment.
+help: ## list the targets
+	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-z][a-z-]*:.*## / { printf "  make %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo "Variables: INPUTS=<inputs file> (run, plan, migrate), RUN_ARGS, PLAN_ARGS, OUT, FRONTIER_INPUTS, KERNEL_INPUTS,"
+	@echo "RUN_DIR (default runs/<timestamp>), VERBOSE=1 (the commands and pyflyte's full output), PYTHON (python3.11)."
+
+# A run that fails before it writes anything leaves no empty runs/<timestamp>/ behind (one that wrote its report
+# keeps it: the report says what failed).
+run: $(VENV)/.installed ## the benchmark workflow on INPUTS (default inputs/smoke.yaml), outputs in runs/<timestamp>/
 	@mkdir -p $(RUN_DIR)
-	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS)
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS) \
+	  || { status=$$?; rmdir $(RUN_DIR) 2>/dev/null; exit $$status; }
 	@test -f $(RUN_DIR)/report.html && test -f $(RUN_DIR)/results.csv
 
 # The demo keeps its runs in this checkout's own results store (runs/.results): a fresh clone's first demo measures
 # every run, and a second one reuses them and says so.
-demo:
+demo: ## the offline CPU smoke run (inputs/smoke.yaml, a minute or two); ends with the report and results paths
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml RUN_ARGS="--results_store $(CURDIR)/runs/.results"
 
 # A dry run: validates INPUTS and prints what the memory model predicts, nothing downloaded or trained. A benchmark
@@ -58,7 +72,7 @@ demo:
 #   make plan INPUTS=inputs/phi3_alpaca.yaml PLAN_ARGS="--gpu_kind H100 --gpu_hour_price 3.5"
 PLAN_ARGS ?= --gpu_kind H100
 PLAN_WORKFLOW = $(if $(shell grep -lE '^(arms|batch_size_search|seq_length_search|probes):' $(INPUTS)),workflows/frontier.py memory_frontier,workflows/benchmark.py benchmarking_experiment)
-plan: $(VENV)/.installed
+plan: $(VENV)/.installed ## a dry run of INPUTS: predicted memory, fits or not, GPU-hours; nothing trained
 	@if grep -qE '^sweep:' $(INPUTS); then \
 	  echo "$(INPUTS) is a kernel-benchmark inputs file: it has no dry run (each point takes seconds; see docs/kernels.md)"; \
 	  exit 2; fi
@@ -71,30 +85,32 @@ plan: $(VENV)/.installed
 # to this project's settings, written to OUT (default: beside it, <name>.migrated.yaml); prints what it changed, what
 # it left out and what it could not convert. Then `make plan INPUTS=<the converted file>`.
 #   make migrate INPUTS=phi3_inputs.yaml OUT=inputs/phi3_mine.yaml
-migrate: $(VENV)/.installed
+migrate: $(VENV)/.installed ## convert the Union tutorial's INPUTS file to this project's settings (OUT=)
 	@$(BIN)/python -m finetune_bench.inputs.migrate $(INPUTS) $(if $(OUT),--out $(OUT))
 
 # The memory-frontier workflow (default: its CPU smoke inputs, with a fake memory limit so that the
 # frontiers fall below the caps); `make frontier FRONTIER_INPUTS=inputs/frontier_llama1b_2048.yaml` on a GPU.
-frontier: $(VENV)/.installed
+frontier: $(VENV)/.installed ## the memory-frontier workflow on FRONTIER_INPUTS (default: its CPU smoke inputs)
 	@mkdir -p $(RUN_DIR)
 	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) \
 	  $(if $(findstring frontier_smoke,$(FRONTIER_INPUTS)),FINETUNE_BENCH_FAKE_MEMORY_TOKENS=64) \
-	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(FRONTIER_INPUTS)
+	  $(BIN)/pyflyte run workflows/frontier.py memory_frontier --inputs-file $(FRONTIER_INPUTS) \
+	  || { status=$$?; rmdir $(RUN_DIR) 2>/dev/null; exit $$status; }
 
 # The kernel benchmark (each Liger kernel against its reference), on its CPU smoke inputs by default.
-kernels: $(VENV)/.installed
+kernels: $(VENV)/.installed ## the kernel benchmark on KERNEL_INPUTS (default: its CPU smoke inputs)
 	@mkdir -p $(RUN_DIR)
-	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS)
+	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS) \
+	  || { status=$$?; rmdir $(RUN_DIR) 2>/dev/null; exit $$status; }
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev ## the test suite (about 12 minutes on 2 cores)
 	$(BIN)/pytest -q
 
 # Includes the slow end-to-end checks (several minutes on a CPU).
-test-all: $(VENV)/.installed-dev
+test-all: $(VENV)/.installed-dev ## the test suite with the tests marked slow
 	$(BIN)/pytest -q -m ''
 
-lint: $(VENV)/.installed-dev
+lint: $(VENV)/.installed-dev ## ruff check and ruff format --check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Refresh the lockfile from pyproject.toml: every dependency (dev tools included) resolved and pinned. torch
@@ -102,7 +118,7 @@ lint: $(VENV)/.installed-dev
 # exact triton); a local CPU build of torch resolves with a `+cpu` label, dropped so the pin fits both builds.
 LOCK_TORCH ?= 2.13.0
 LOCK_TRITON ?= 3.7.1
-lock: $(BIN)/python
+lock: $(BIN)/python ## refresh requirements.lock from pyproject.toml
 	$(BIN)/pip install -q pip-tools
 	printf 'torch==$(LOCK_TORCH)\ntriton==$(LOCK_TRITON)\n' > $(VENV)/lock-constraints.txt
 	CUSTOM_COMPILE_COMMAND='make lock' $(BIN)/pip-compile -q --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
@@ -110,8 +126,8 @@ lock: $(BIN)/python
 	sed -i 's/^torch==\([^+ ]*\)+cpu/torch==\1/' $(LOCK)
 
 # Regenerate the settings reference (docs/settings.md) from the settings' declarations.
-docs: $(VENV)/.installed
+docs: $(VENV)/.installed ## regenerate docs/settings.md from the settings' field comments
 	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/settings_reference.py
 
-clean:
+clean: ## remove runs/ (every run's outputs and the demo's results store) and .pytest_cache
 	rm -rf runs .pytest_cache
