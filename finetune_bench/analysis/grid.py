@@ -22,6 +22,7 @@ from finetune_bench.analysis.stats import paired_comparison
 from finetune_bench.analysis.tables import (
     arms_vs_baseline,
     condition_summary,
+    phase_prediction_errors,
     prediction_errors,
     profile_table,
     ranks_table,
@@ -77,6 +78,8 @@ class GridAnalysis:
     held_out: pd.DataFrame = field(default_factory=pd.DataFrame)
     # The memory model's prediction against each ok run's measured peak reserved memory.
     memory_prediction: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The memory model's moments against the phases they are, run by run (`tables.phase_prediction_errors`).
+    phase_prediction: pd.DataFrame = field(default_factory=pd.DataFrame)
     # The GPU's memory in GiB (None: no GPU recorded).
     capacity_gib: float | None = None
     # The Summary's sentences: one per arm, then the loss parity's and the held-out parity's ("" when none).
@@ -156,6 +159,7 @@ def analyze_table(
         recommended=recommendations(summary, swept, capacity),
         held_out=held_out,
         memory_prediction=prediction_errors(table),
+        phase_prediction=phase_prediction_errors(table),
         capacity_gib=capacity,
         verdicts=verdicts(comparison, fitting, parity, table) if not comparison.empty else [],
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",

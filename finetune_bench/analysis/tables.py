@@ -10,6 +10,7 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
 from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE, GIB, METRICS
 from finetune_bench.measuring.profiling import ATTENTION_KERNEL_DETAIL, PROFILE_FILE
+from finetune_bench.prediction.memory import MOMENT_PHASES
 from finetune_bench.results.record import LOST, OK, RunResult
 
 # The run-level metrics that have a results column (`measuring.metrics`: name, column, scale, unit, rank merge).
@@ -71,6 +72,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             row["tokens_per_second_per_gpu"] = result.metrics["tokens_per_second"]  # one GPU: all of it
         predicted = result.predicted_peak_reserved_bytes
         row["predicted_peak_reserved_gib"] = predicted / GIB if predicted is not None else float("nan")
+        for moment, allocated in result.predicted_moment_allocated_bytes.items():
+            row[f"predicted_{moment}_allocated_gib"] = allocated / GIB
         row.update(
             steps_completed=int(result.details.get("steps_completed", 0)),
             device=result.details.get("device", ""),
@@ -202,6 +205,35 @@ def prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
     errors = both[columns].copy()
     errors["error"] = errors["predicted_peak_reserved_gib"] / errors["peak_reserved_gib"] - 1
     return errors.reset_index(drop=True)
+
+
+def phase_prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """The memory model's allocated bytes at each moment it counts against the run's measured peak of the phases
+    that moment is (`MOMENT_PHASES`: the backward pass's start against the forward pass, the loss and the backward
+    pass; the optimizer step against its own), for every ok run that has both; with the moment the model puts the
+    peak at and the phase the run's peak came from."""
+    rows = []
+    ok = table[table["status"] == OK] if "status" in table else table.iloc[0:0]
+    for _, run in ok.iterrows():
+        for moment, phases in MOMENT_PHASES.items():
+            predicted = run.get(f"predicted_{moment}_allocated_gib")
+            measured = [run.get(f"peak_allocated_{phase}_gib") for phase in phases]
+            measured = [value for value in measured if value is not None and pd.notna(value)]
+            if predicted is None or pd.isna(predicted) or not measured:
+                continue
+            rows.append(
+                {
+                    "condition_id": run["condition_id"],
+                    "run_number": run["run_number"],
+                    "moment": moment,
+                    "phases": "+".join(phases),
+                    "predicted_allocated_gib": predicted,
+                    "measured_allocated_gib": max(measured),
+                    "error": predicted / max(measured) - 1,
+                }
+            )
+    columns = ["condition_id", "run_number", "moment", "phases", "predicted_allocated_gib", "measured_allocated_gib"]
+    return pd.DataFrame(rows, columns=[*columns, "error"])
 
 
 def _per_run(

@@ -3,6 +3,8 @@ step sets the peak, and the memory model's prediction against what was measured.
 
 import html
 
+import pandas as pd
+
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.reporting.benchmark_tabs.cells import percent_text
 from finetune_bench.reporting.benchmark_tabs.figures import bar_panel
@@ -63,4 +65,46 @@ def prediction_html(a: GridAnalysis) -> str:
         columns={"predicted_peak_reserved_gib": "predicted GiB", "peak_reserved_gib": "measured GiB"}
     ).assign(error=lambda t: t["error"].map(lambda e: percent_text(e, sign="+")))
     parts.append(table_html(shown.round(2)))
+    parts.append(_phase_prediction_html(a.phase_prediction))
     return "<h3>Predicted memory</h3>" + "".join(parts)
+
+
+def _phase_prediction_html(phases: pd.DataFrame) -> str:
+    """Each moment the memory model counts against the measured peak of the phases it is, and whether the model put
+    the peak where the run had it."""
+    if phases.empty:
+        return ""
+    by_moment = phases.groupby("moment")["error"].median()
+    medians = ", ".join(
+        f"{moment.replace('_', ' ')} {percent_text(error, sign='+')}" for moment, error in by_moment.items()
+    )
+    text = (
+        "<p>By phase, allocated memory (no allocator overhead): the memory model counts two moments of a step, the "
+        "backward pass's start (checked against the largest of the forward pass, the loss and the backward pass) and "
+        f"the optimizer step (against its own phase). Median error: {html.escape(medians)}.</p>"
+    )
+    misplaced = _peak_moment_mismatches(phases)
+    if misplaced:
+        text += f"<p><b>{html.escape(misplaced)}</b></p>"
+    shown = phases.rename(
+        columns={"predicted_allocated_gib": "predicted GiB", "measured_allocated_gib": "measured GiB"}
+    ).assign(error=lambda t: t["error"].map(lambda e: percent_text(e, sign="+")))
+    return text + table_html(shown.round(2))
+
+
+def _peak_moment_mismatches(phases: pd.DataFrame) -> str:
+    """A sentence naming the runs whose peak the model puts at another moment than the one measured ("" if none)."""
+    wrong = []
+    for (condition, run), rows in phases.groupby(["condition_id", "run_number"], sort=False):
+        if len(rows) < 2:
+            continue
+        predicted = rows.loc[rows["predicted_allocated_gib"].idxmax(), "moment"]
+        measured = rows.loc[rows["measured_allocated_gib"].idxmax(), "moment"]
+        if predicted != measured:
+            wrong.append(f"{condition} run {run} (predicted at the {predicted.replace('_', ' ')}, measured at the "
+                         f"{measured.replace('_', ' ')})")  # fmt: skip
+    if not wrong:
+        return ""
+    return f"The memory model puts the peak at another moment than measured for {len(wrong)} run(s): " + "; ".join(
+        wrong
+    )
