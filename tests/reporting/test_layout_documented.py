@@ -1,0 +1,35 @@
+"""docs/architecture.md's code layout names every module of the analysis and the reporting, the report's tabs
+(reporting/benchmark_tabs/) included, and every workflows/ module."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _layout_entries() -> dict[str, str]:
+    """Each entry of the code layout (`analysis/`, `reporting/`, `workflows/`, ...) → its text."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = page.split("## Code layout", 1)[1].split("```", 2)[1]
+    entries = re.split(r"\n(?=  ?[a-z_]+/\s|[a-z_]+/\s)", block)
+    return {entry.split()[0]: " ".join(entry.split()) for entry in entries if entry.strip()}
+
+
+@pytest.mark.parametrize(
+    ("entry", "folder"),
+    [
+        ("analysis/", "finetune_bench/analysis"),
+        ("reporting/", "finetune_bench/reporting"),
+        ("reporting/", "finetune_bench/reporting/benchmark_tabs"),
+        ("workflows/", "workflows"),
+    ],
+)
+def test_every_module_is_named_in_its_entry(entry, folder):
+    text = _layout_entries()[entry]
+    if folder.endswith("benchmark_tabs"):
+        assert "benchmark_tabs/" in text
+    modules = sorted(p.name for p in (ROOT / folder).glob("*.py") if p.name != "__init__.py")
+    missing = [name for name in modules if not re.search(rf"(?<![\w/]){re.escape(name)}", text)]
+    assert not missing, f"docs/architecture.md's {entry} does not name {missing}"
