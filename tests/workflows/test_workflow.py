@@ -1,6 +1,7 @@
 """The smoke workflow end to end (the embedded default), the download cache, and serialization."""
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,8 +26,9 @@ SMOKE_STEPS = 2
 
 
 @pytest.fixture(scope="module")
-def smoke_outputs(tmp_path_factory):
-    """Run the smoke inputs the way a user does, through `pyflyte run --inputs-file`."""
+def smoke_run(tmp_path_factory):
+    """Run the smoke inputs the way a user does, through `pyflyte run --inputs-file`, as `make demo` runs it: the
+    finished process (its console) and the export directory."""
     export = tmp_path_factory.mktemp("export")
     inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / "smoke.yaml").read_text())
     inputs["training_args"]["max_steps"] = SMOKE_STEPS
@@ -49,9 +51,34 @@ def smoke_outputs(tmp_path_factory):
         timeout=900,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed, export
+
+
+@pytest.fixture(scope="module")
+def smoke_outputs(smoke_run):
+    _, export = smoke_run
     results = pd.read_csv(export / "results.csv")
     steps = pd.read_csv(export / "steps.csv")
     return results, steps, export / "report.html", export
+
+
+# A training run's progress on the console (a dataset written, a progress bar): not what the limit below counts.
+PROGRESS = re.compile(r"\d+%\||\bit/s\b|examples/s|^Saving the dataset|^Map\b|^Generating\b")
+# The most lines the demo's console may have besides its progress: the plan, then how it ended and where.
+MAX_CONSOLE_LINES = 14
+
+
+def test_the_demo_console_says_what_a_user_needs_in_few_lines(smoke_run):
+    completed, export = smoke_run
+    console = (completed.stdout + completed.stderr).replace("\r", "\n")
+    lines = [line for line in console.splitlines() if line.strip() and not PROGRESS.search(line)]
+    assert len(lines) <= MAX_CONSOLE_LINES, "\n".join(lines)
+    for noise in ("Warning", "Traceback", "DefaultNamedTupleOutput", "rows x", "Empty DataFrame", "/tmp/flyte"):
+        assert noise not in console, noise
+    assert lines[-4].startswith("4 runs of 4 conditions: 4 ok (on a CPU")
+    assert lines[-3].startswith("liger vs baseline: throughput ×")
+    assert lines[-2:] == [f"report: {export.resolve() / 'report.html'}", f"results: {export.resolve() / 'results.csv'}"]
+    assert set(pd.read_csv(export / "results.csv")["hardware"]) == {"cpu"}
 
 
 def test_smoke_yaml_is_the_embedded_default():
