@@ -15,6 +15,7 @@ from finetune_bench.kernels.report import _ratio_figure, spans_orders_of_magnitu
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.benchmark_tabs import cells
 from finetune_bench.reporting.benchmark_tabs.cells import number_text, pairs_text, percent_text, ratio_text
+from finetune_bench.reporting.benchmark_tabs.summary import headline
 from finetune_bench.reporting.html import table_html
 from finetune_bench.results.record import RunResult
 
@@ -123,3 +124,12 @@ def test_kernel_ratios_that_span_orders_of_magnitude_are_drawn_on_a_log_axis():
     memory = _ratio_figure(compared, "memory_ratio", "memory ratio")
     assert [ax.get_yscale() for ax in speed.axes] == ["log"] and [ax.get_yscale() for ax in memory.axes] == ["linear"]
     plt.close("all")
+
+
+def test_the_console_headline_says_how_runs_ended_and_how_many_were_reused():
+    analysis = _grid({"liger": 12.0, "baseline": 10.0}, n_runs=2)
+    assert headline(analysis)[0] == "4 runs of 2 conditions: 4 ok"
+    analysis.table["reused"] = [True, True, False, False]
+    first, verdict = headline(analysis)
+    assert first == "4 runs of 2 conditions: 4 ok, 2 of them reused from the results store"
+    assert verdict.startswith("liger vs baseline: throughput ×1.20")

@@ -19,11 +19,14 @@ CPU_WARNING = (
 
 
 def headline(a: GridAnalysis) -> list[str]:
-    """The Summary's first line as plain text, for a console: how the runs ended (on a CPU, that its timings say
-    nothing about speed), then each arm's verdict."""
+    """The Summary's first line as plain text, for a console: how the runs ended, how many were reused (on a CPU,
+    that its timings say nothing about speed), then each arm's verdict."""
     table = a.table
     counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
     first = f"{len(table)} runs of {table['condition_id'].nunique()} conditions: {counts}"
+    reused = int(table["reused"].fillna(False).astype(bool).sum()) if "reused" in table else 0
+    if reused:
+        first += f", {reused} of them reused from the results store"
     if ran_on_cpu(table):
         first += " (on a CPU: the timings say nothing about Liger's speed)"
     return [first, *a.verdicts]
