@@ -79,7 +79,7 @@ plan: $(VENV)/.installed ## a dry run of INPUTS: predicted memory, fits or not, 
 	@mkdir -p $(RUN_DIR)
 	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
 	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
-	  $(if $(VERBOSE),cat,awk '$$0 == "" || !seen[$$0]++') $(RUN_DIR)/plan.log; exit $$status
+	  cat $(RUN_DIR)/plan.log; exit $$status
 
 # An inputs file written for the Union tutorial's workflow (use_liger, dataset, bf16, num_train_epochs, ...) converted
 # to this project's settings, written to OUT (default: beside it, <name>.migrated.yaml); prints what it changed, what

@@ -217,8 +217,7 @@ def check_export_location() -> None:
 def report_plan(plan: BenchmarkPlan) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """The plan as the workflow's outputs: the plan table (one row per condition) in place of the results, no
     steps, the plan report (plan.html, also the Deck) and a directory with plan.html and plan.csv / .parquet."""
-    estimate = estimate_plan(plan)
-    print(plan_text(estimate), flush=True)
+    estimate = estimate_plan(plan)  # plan_benchmark printed it
     table = plan_table(estimate)
     report_file, files, problems = publish(plan_report(estimate), "plan.html", {"plan": table}, {}, title="Plan")
     if problems:  # the plan was asked to be exported and was not: the run says so in its exit status

@@ -96,7 +96,11 @@ def measure_frontiers(
         sources=sources,
     )
     frontiers, probe_table, throughput_table, report, problems = report_frontier(
-        searches=plan.searches, results=results, planned=throughput.runs, outputs=outputs
+        searches=plan.searches,
+        results=results,
+        planned=throughput.runs,
+        outputs=outputs,
+        execution=throughput.execution,
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
@@ -147,6 +151,8 @@ def memory_frontier(
         force_fresh=force_fresh,
         gpu_kind=gpu_kind,
         gpu_memory_gib=gpu_memory_gib,
+        measure_throughput=measure_throughput,
+        dry_run=dry_run,
     )
     frontiers, probe_table, throughput, report = (
         conditional("dry_run")
