@@ -18,7 +18,7 @@ from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.predicted import predicted_frontiers
 from finetune_bench.frontier.probes import child_probe
-from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
+from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
 from finetune_bench.frontier.search import FrontierResult, search_frontier
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
@@ -36,6 +36,7 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes
 from finetune_bench.prediction.grid import check_plan_settings, target_gpu
+from finetune_bench.reporting.benchmark_tabs.measured import measured_html
 from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
@@ -168,7 +169,10 @@ def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memo
     target = target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))
     table = predicted_frontiers(searches, target)
     print(f"target GPU: {target.describe()}\n{table.to_string(index=False)}", flush=True)
-    intro = (
+    # The header the frontier's report opens with, for what the searches would probe: nothing ran, so no versions.
+    header = what_was_measured(searches, {}, None, None)
+    header["hardware"] = f"{target.describe()}, predicted (nothing ran)"
+    intro = measured_html(header, "What would be measured") + (
         f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
         "is the largest size whose predicted peak reserved memory stays within what torch can reserve "
         "(docs/prediction.md); a guided search starts just below it and needs about 4 probes.</p>"

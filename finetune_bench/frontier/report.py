@@ -7,6 +7,7 @@ report is reused for the throughput section).
 
 import html
 import itertools
+import re
 from typing import Any
 
 import pandas as pd
@@ -35,10 +36,17 @@ from finetune_bench.frontier.settings import (
 )
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, grid_report
+from finetune_bench.reporting.benchmark_tabs.measured import device_text, measured_html, settings_text, versions_text
 from finetune_bench.reporting.html import Report, arm_palette, figure_html, table_html
 from finetune_bench.results.record import ERROR, LOST, OK, OOM, TIMEOUT
+from finetune_bench.running.faults import FAKE_MEMORY_ENV
 
 DIMENSION_LABELS = {BATCH_SIZE: "batch size", SEQ_LENGTH: "sequence length"}
+# How a size along each dimension is named in a sentence ("batch 2", "length 64").
+SIZE_NAMES = {BATCH_SIZE: "batch", SEQ_LENGTH: "length"}
+# What the fake memory model (`running.faults.check_fake_memory`) writes into an out-of-memory probe's error.
+FAKE_MEMORY = re.compile(r"fake memory model(?:: \d+ > (\d+) token units)?")
+SIMULATED = "simulated by the fake memory model, not measured"
 _PROBE_MARKERS = {OK: "o", OOM: "X", ERROR: "s", TIMEOUT: "v"}
 _MEMORY_COLUMNS = {
     "peak_reserved_bytes": "peak_reserved_gib",
@@ -158,62 +166,81 @@ def _ratio_note(arm_name: str, arm_status: str, baseline_status: str) -> str:
 
 
 def frontier_text(row: Any) -> str:
-    """A frontier as a reader should take it: exact, a lower bound, or none."""
+    """A frontier as a reader should take it: exact (and the size that runs out of memory), a lower bound, or none."""
+    size = SIZE_NAMES.get(row.dimension, "size")
     if row.status == FOUND:
-        return f"{row.frontier} ({row.first_oom} runs out of memory)"
+        return f"{row.frontier} ({size} {row.first_oom} runs out of memory)"
     if row.status == REACHED_CAP:
         return f"≥ {row.frontier} (reached the cap)"
     if row.status == PROBE_FAILED:
         return f"≥ {row.frontier} (search stopped: a probe kept failing)" if pd.notna(row.frontier) else "unknown"
     if row.status == NOTHING_FITS:
-        return f"none (the start value {row.start} runs out of memory)"
+        return f"none (the start value, {size} {row.start}, runs out of memory)"
     return row.status
 
 
-def headlines(frontiers: pd.DataFrame) -> list[str]:
-    """Per dimension: every arm's frontier, and where liger trains what the baseline cannot."""
+def headlines(frontiers: pd.DataFrame, simulated: bool = False) -> list[str]:
+    """Per dimension: every arm's frontier, and where liger trains what the baseline cannot; `simulated`: the
+    out-of-memory results came from the fake memory model, and each line says so."""
     lines = []
     for (dimension, at), group in frontiers.groupby(["dimension", "at"], sort=False):
         label = DIMENSION_LABELS[dimension]
         parts = ", ".join(f"{row.arm} {frontier_text(row)}" for row in group.itertuples())
-        lines.append(f"Largest {label} at {at}: {parts}.")
+        lines.append(f"Largest {label} at {at}: {parts}" + (f" (out of memory {SIMULATED})." if simulated else "."))
         treated = group[(group["arm"] != BASELINE) & group["frontier"].notna()]
         baseline = group[(group["arm"] == BASELINE) & group["first_oom"].notna()]
         for lig, base in itertools.product(treated.itertuples(), baseline.itertuples()):
             if lig.frontier >= base.first_oom:
                 line = f"With {lig.arm}, {label} {lig.frontier} trains where the baseline runs out of memory"
-                line += f" (from {base.first_oom})"
+                line += f" (from {SIZE_NAMES[dimension]} {base.first_oom})"
                 if pd.notna(base.frontier):
                     at_least = "at least " if lig.status in (REACHED_CAP, PROBE_FAILED) else ""
                     line += f": {at_least}×{lig.frontier / base.frontier:.2f} the baseline's frontier"
-                lines.append(line + ".")
+                lines.append(line + (f" ({SIMULATED})." if simulated else "."))
     return lines
+
+
+def fake_memory_capacity(probes: pd.DataFrame) -> str | None:
+    """Where the fake memory model ran probes out of memory (`running.faults.check_fake_memory`): its capacity in
+    token units ("" where no probe's error says it); None where no probe ran out of the fake memory."""
+    found = None
+    for column in ("reason", "error_tail"):
+        for text in probes.get(column, pd.Series(dtype=str)).dropna().astype(str):
+            for capacity in (m.group(1) for m in FAKE_MEMORY.finditer(text)):
+                found = capacity or found or ""
+    return found
 
 
 def oom_lines(probes: pd.DataFrame) -> list[str]:
     """One line per probe that ran out of memory, as a search expects some to (where its error's tail was kept: the
-    probes table and the Probes tab)."""
+    probes table and the Probes tab); one the fake memory model ran out of memory is "simulated"."""
     if probes.empty:
         return []
     ooms = probes[probes["status"] == OOM]
+    kind = "simulated" if fake_memory_capacity(ooms) is not None else "expected"
     return [
-        f"expected out of memory: {row.arm}, {row.dimension} {row.value}"
+        f"{kind} out of memory: {row.arm}, {row.dimension} {row.value}"
         + (f" ({row.reason})" if isinstance(row.reason, str) and row.reason else "")
         for row in ooms.itertuples()
     ]
 
 
-def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
+def probes_figure(
+    probes: pd.DataFrame, gpu_memory_gib: float | None, cpu: bool = False, simulated: bool = False
+) -> Figure:
     """Probe size against its peak memory, one panel per dimension, one colour per arm, marker by outcome.
-    A probe that measured no peak (it ran out of memory at the first step, or failed) is drawn on the
-    capacity line (on the top of the panel where the capacity is unknown)."""
+    A probe that did not end ok (out of memory, failed) or measured no peak is drawn on the capacity line, whatever
+    it measured before it stopped; where the capacity is unknown (a CPU run), on a dotted out-of-memory line at the
+    top of the panel. `cpu`, `simulated`: the title says the probes ran on a CPU, and that the fake memory model ran
+    them out of memory."""
     memory, label = "peak_reserved_gib", "peak reserved memory (GiB)"
     if probes[memory].isna().all():
         memory, label = "process_peak_rss_gib", "process peak RSS (GiB, host memory)"
         gpu_memory_gib = None
-    known = probes[memory].max()
+    ok = probes["status"] == OK
+    known = probes.loc[ok, memory].max()
     ceiling = gpu_memory_gib if gpu_memory_gib else (known * 1.1 if pd.notna(known) else 1.0)
-    data = probes.assign(plotted_memory_gib=probes[memory].fillna(ceiling))
+    data = probes.assign(plotted_memory_gib=probes[memory].where(ok).fillna(ceiling))
     dimensions = [d for d in DIMENSIONS if d in set(data["dimension"])]
     statuses = [s for s in _PROBE_MARKERS if s in set(data["status"])]
     palette = arm_palette(data["arm"])
@@ -233,7 +260,13 @@ def probes_figure(probes: pd.DataFrame, gpu_memory_gib: float | None) -> Figure:
         if gpu_memory_gib:
             ax.axhline(gpu_memory_gib, color="#C00000", linestyle="--", linewidth=1)
             ax.text(ax.get_xlim()[0], gpu_memory_gib, " GPU capacity", va="bottom", color="#C00000", fontsize=8)
-    grid.figure.suptitle("Probes: size against peak memory", y=1.1)
+        elif not ok.all():
+            ax.axhline(ceiling, color="#C00000", linestyle=":", linewidth=1)
+            oom = " out of memory (simulated)" if simulated else " out of memory or failed"
+            ax.text(ax.get_xlim()[0], ceiling, oom, va="bottom", color="#C00000", fontsize=8)
+    notes = [note for note, on in (("a CPU run", cpu), (f"out of memory {SIMULATED}", simulated)) if on]
+    title = "Probes: size against peak memory" + (f"\n({'; '.join(notes)})" if notes else "")
+    grid.figure.suptitle(title, y=1.15 if notes else 1.1)
     return grid.figure
 
 
@@ -247,6 +280,34 @@ def _for_display(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype(dict.fromkeys(nullable, float))
 
 
+def _range_text(search: FrontierSearch) -> str:
+    step = f" in steps of {search.granularity}" if search.granularity > 1 else ""
+    return f"{DIMENSION_LABELS[search.dimension]} {search.start} to {search.cap}{step} at {_fixed_setting(search)}"
+
+
+def what_was_measured(
+    searches: list[FrontierSearch], environment: dict[str, str], gpu_memory_gib: float | None, fake: str | None
+) -> dict[str, str]:
+    """The report's header: the hardware, whether its memory was simulated (`fake`: the fake memory model's
+    capacity, None where it was off), the model and the settings the probes trained with, what was searched, the
+    steps of a probe and the versions, those the searches and their environment record carry."""
+    settings = [search.training_args for search in searches]
+    steps = settings_text(settings, "max_steps")
+    return {
+        "hardware": device_text(environment, gpu_memory_gib),
+        "memory": "" if fake is None else (
+            f"simulated: the fake memory model ({FAKE_MEMORY_ENV}{'=' + fake if fake else ''}) runs a probe out of "
+            "memory, not the device"
+        ),
+        "model": settings_text(settings, "model_name"),
+        "backend": settings_text(settings, "backend"),
+        "dtype": settings_text(settings, "dtype"),
+        "searched": "; ".join(dict.fromkeys(_range_text(search) for search in searches)),
+        "steps": f"{steps} per probe" if steps else "",
+        "versions": versions_text(environment),
+    }  # fmt: skip
+
+
 def build_frontier_report(
     searches: list[FrontierSearch],
     results: list[FrontierResult | None],
@@ -257,29 +318,44 @@ def build_frontier_report(
     probes = probes_table(results)
     environment = next((r.environment for r in results if r is not None and r.environment), {})
     gpu_memory_gib = _gib(environment.get("gpu_memory_bytes"))
+    cpu = environment.get("device_type") == "cpu"
+    fake = fake_memory_capacity(probes)
+    simulated = fake is not None
+    seconds = "CPU seconds" if cpu else "GPU seconds"
     sections: dict[str, str] = {}
 
-    summary = []
-    if environment.get("device_type") == "cpu":
+    summary = [measured_html(what_was_measured(searches, environment, gpu_memory_gib, fake))]
+    if cpu:
         summary.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
-    summary.append("".join(f"<p><b>{html.escape(line)}</b></p>" for line in headlines(frontiers)))
+    if simulated:
+        summary.append(
+            '<div class="warning"><b>Simulated out of memory.</b> Every out-of-memory result here comes from the fake '
+            f"memory model ({FAKE_MEMORY_ENV}{'=' + fake if fake else ''}: a probe whose batch size × sequence length, "
+            "doubled for a baseline arm, exceeds that many token units fails at its first step), not from the "
+            "device's memory. The frontiers and ratios show that the searches and the report work; they say nothing "
+            "about how much memory Liger saves.</div>"
+        )
+    summary.append("".join(f"<p><b>{html.escape(line)}</b></p>" for line in headlines(frontiers, simulated)))
     ratios = frontier_ratios(frontiers)
     if not ratios.empty:
+        if simulated:
+            ratios["note"] = [f"{note}; {SIMULATED}" if note else SIMULATED for note in ratios["note"]]
         summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
         summary.append(table_html(_for_display(ratios)))
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
-        "of memory, the peak memory of the probe at the frontier (GiB) against the GPU's capacity, and what the "
-        "search cost (probes, and GPU seconds: the sum of the probes' wall times). predicted_frontier: where the "
-        "memory model put it; a guided search starts there (its probes are marked predicted / interpolation), an "
-        "empty one is a doubling search.</p>"
+        f"of memory{' (simulated)' if simulated else ''}, the peak memory of the probe at the frontier (GiB) against "
+        f"the GPU's capacity, and what the search cost (probes, and {seconds}: the sum of the probes' wall times). "
+        "predicted_frontier: where the memory model put it; a guided search starts there (its probes are marked "
+        "predicted / interpolation), an empty one is a doubling search.</p>"
     )
-    summary.append(table_html(_for_display(frontiers)))
+    shown = frontiers.rename(columns={"gpu_seconds": "cpu_seconds"}) if cpu else frontiers
+    summary.append(table_html(_for_display(shown)))
     summary.append(
         "<p>"
         + html.escape(
             f"{int(frontiers['probes_used'].sum())} probes, {frontiers['gpu_seconds'].astype(float).sum():,.0f} "
-            "GPU seconds in all."
+            f"{seconds} in all."
         )
         + "</p>"
     )
@@ -294,9 +370,13 @@ def build_frontier_report(
         sections["Probes"] = "<p>No probe ran.</p>"
     else:
         parts = [
-            figure_html(probes_figure(probes, gpu_memory_gib), "probes: size against peak memory"),
-            "<p>One point per probe (retries and re-probes included); a probe that measured no peak (out of memory "
-            "at its first step, or failed) is drawn on the capacity line, or on the top of the panel.</p>",
+            figure_html(probes_figure(probes, gpu_memory_gib, cpu, simulated), "probes: size against peak memory"),
+            "<p>One point per probe (retries and re-probes included). A probe that ran out of memory"
+            + (f" ({SIMULATED})" if simulated else "")
+            + ", failed or measured no peak is drawn on the GPU's capacity line, whatever it measured before it "
+            "stopped; where the capacity is unknown"
+            + (" (a CPU run, whose figure is host memory)" if cpu else "")
+            + ", on the dotted out-of-memory line at the top of the panel.</p>",
             table_html(probes.drop(columns=["error_tail"])),
         ]
         for row in probes[~probes["status"].isin([OK, OOM])].itertuples():
@@ -319,4 +399,4 @@ def build_frontier_report(
             for name in ("Summary", "Throughput", "Memory", "Conditions")
             if name in benchmark
         )
-    return Report(sections=sections, headline=headlines(frontiers) + oom_lines(probes))
+    return Report(sections=sections, headline=headlines(frontiers, simulated) + oom_lines(probes))

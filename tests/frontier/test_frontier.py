@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -412,12 +413,97 @@ def test_report_shows_frontiers_ratios_and_every_probe_outcome():
 
     html = build_frontier_report(searches, results).to_html(title="Memory frontier")
     assert html.count("data:image/png;base64,") == 1
-    assert "Largest batch size at max_seq_length=32: liger 48 (49 runs out of memory)" in html
-    assert "With liger, batch size 48 trains where the baseline runs out of memory (from 25)" in html
+    assert "Largest batch size at max_seq_length=32: liger 48 (batch 49 runs out of memory)" in html
+    assert "With liger, batch size 48 trains where the baseline runs out of memory (from batch 25)" in html
+    assert "Fake GPU (300 GiB)" in html and "GPU seconds in all" in html and "simulated" not in html
     assert "≥ 4096 (reached the cap)" in html
     assert "injected timeout" in html and "injected error" in html
     assert "the search task failed" in html
     assert "measure_throughput is off" in html
+
+
+class FakeMemoryProbe(FakeProbe):
+    """The fake memory model on a CPU, as `make frontier` runs it: an out-of-memory probe says the fake memory model
+    stopped it, and measured some host memory before it did; an ok probe measured host memory only."""
+
+    def __call__(self, args: TrainingArgs) -> ProbeOutcome:
+        value = getattr(args, self.dimension)
+        self.calls.append(value)
+        cpu = {"device_type": "cpu", "cpu": "x86_64", "torch": "2.13.0+cpu", "liger-kernel": "0.8.5",
+               "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c"}  # fmt: skip
+        rss = (0.5 + value / 1000) * GIB
+        if value > self.threshold:
+            reason = f"out of memory at step 1: CUDA out of memory (fake memory model: {2 * value} > 64 token units)"
+            return ProbeOutcome(status="oom", reason=reason, wall_time_s=3.0, process_peak_rss_bytes=rss / 2)
+        return ProbeOutcome(status="ok", wall_time_s=3.0, process_peak_rss_bytes=rss, environment=cpu)
+
+
+def _simulated_report():
+    searches = [
+        make_search(SEQ_LENGTH, start=32, cap=64, granularity=32, liger=True),
+        make_search(SEQ_LENGTH, start=32, cap=64, granularity=32, liger=False),
+    ]
+    tiny = {"model_name": "random:tiny-llama", "backend": "plain_loop"}
+    searches = [dataclasses.replace(s, training_args=dataclasses.replace(s.training_args, **tiny)) for s in searches]
+    results = [
+        search_frontier(searches[0], FakeMemoryProbe(64, SEQ_LENGTH)),
+        search_frontier(searches[1], FakeMemoryProbe(32, SEQ_LENGTH)),
+    ]
+    return searches, results, build_frontier_report(searches, results)
+
+
+def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated_and_its_seconds_cpu_seconds():
+    _, results, report = _simulated_report()
+    html = report.to_html(title="Memory frontier")
+    summary = report.sections["Frontier"]
+    assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
+    header = dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0]))
+    assert header == {
+        "hardware": "CPU (x86_64)",
+        "memory": f"simulated: the fake memory model ({FAKE_MEMORY_ENV}=64) runs a probe out of memory, not the device",
+        "model": "random:tiny-llama",
+        "backend": "plain_loop",
+        "dtype": "auto",
+        "searched": "sequence length 32 to 64 in steps of 32 at per_device_train_batch_size=1",
+        "steps": "2 per probe",
+        "versions": "liger-kernel 0.8.5, torch 2.13.0+cpu, lockfile sha256 12ab43339895",
+    }
+    assert "Simulated out of memory." in summary and "CPU run." in summary
+    assert (
+        "Largest sequence length at per_device_train_batch_size=1: liger ≥ 64 (reached the cap), baseline 32 (length "
+        "64 runs out of memory) (out of memory simulated by the fake memory model, not measured)."
+    ) in summary
+    assert (
+        "With liger, sequence length 64 trains where the baseline runs out of memory (from length 64): at least ×2.00 "
+        "the baseline's frontier (simulated by the fake memory model, not measured)."
+    ) in report.headline
+    assert "GPU seconds" not in html and "gpu_seconds" not in html
+    probes_used = sum(r.probes_used for r in results)
+    assert f"{probes_used} probes, {3 * probes_used} CPU seconds in all." in summary
+    assert [line for line in report.headline if "out of memory:" in line] == [
+        "simulated out of memory: baseline, max_seq_length 64 (out of memory at step 1: CUDA out of memory "
+        "(fake memory model: 128 > 64 token units))"
+    ] * sum(p.status == "oom" for p in results[1].probes)
+
+
+def test_the_probes_figure_draws_an_out_of_memory_probe_on_the_line_its_caption_names():
+    import matplotlib.pyplot as plt
+
+    from finetune_bench.frontier.report import probes_figure
+
+    searches, results, report = _simulated_report()
+    assert "on the dotted out-of-memory line at the top of the panel" in report.sections["Probes"]
+    probes = probes_table(results)
+    figure = probes_figure(probes, None, cpu=True, simulated=True)
+    (ax,) = figure.axes
+    (line,) = [line for line in ax.lines if line.get_linestyle() == ":"]
+    top = line.get_ydata()[0]
+    points = [tuple(xy) for collection in ax.collections for xy in collection.get_offsets()]
+    ooms = probes[probes["status"] == "oom"]
+    assert len(ooms) and sorted(x for x, y in points if y == top) == sorted(ooms["value"])
+    assert all(y < top for x, y in points if y != top)  # every ok probe at its measured peak, below the line
+    assert "simulated" in figure._suptitle.get_text() and "a CPU run" in figure._suptitle.get_text()
+    plt.close(figure)
 
 
 def test_report_includes_throughput_at_the_frontier():
@@ -574,7 +660,8 @@ def test_workflow_finds_the_baseline_frontiers_and_measures_throughput_there(tmp
     assert list(throughput["status"]) == ["ok"] and (throughput["tokens_per_second"] > 0).all()
     assert (throughput["steps_completed"] == 2).all()
     text = report.read_text()
-    assert "Largest batch size at max_seq_length=32: baseline 1 (2 runs out of memory)" in text
+    assert "Largest batch size at max_seq_length=32: baseline 1 (batch 2 runs out of memory" in text
+    assert "Simulated out of memory." in text and "CPU seconds in all" in text and "GPU seconds" not in text
     assert "Full-length runs" in text
     assert text.count("data:image/png;base64,") >= 2
 
@@ -588,7 +675,10 @@ def test_workflow_finds_a_larger_liger_frontier(tmp_path):
     by_arm = frontiers.set_index(["arm", "dimension"])["frontier"]
     assert by_arm[("liger", BATCH_SIZE)] == 2 and by_arm[("baseline", BATCH_SIZE)] == 1
     assert by_arm[("liger", SEQ_LENGTH)] == 64 and by_arm[("baseline", SEQ_LENGTH)] == 32
-    assert "With liger, batch size 2 trains where the baseline runs out of memory (from 2)" in report.read_text()
+    assert (
+        "With liger, batch size 2 trains where the baseline runs out of memory (from batch 2): ×2.00 the baseline's "
+        "frontier (simulated by the fake memory model, not measured)."
+    ) in report.read_text()
 
 
 def test_child_probe_runs_the_real_worker(tmp_path, tiny_model_dir, tiny_dataset_dir, monkeypatch):

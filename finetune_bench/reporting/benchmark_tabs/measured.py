@@ -1,6 +1,7 @@
 """The Summary's first lines, "What was measured": the hardware, the training settings every run shared or swept,
 the steps, when, and with which versions, from what the results table and the environment record carry (a piece
-neither carries is left out, never guessed)."""
+neither carries is left out, never guessed). The frontier, kernel and plan reports open with the same header
+(`measured_html`), from what their own inputs carry."""
 
 import html
 
@@ -25,6 +26,11 @@ def _whole(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def settings_text(settings: list[object], name: str) -> str:
+    """The distinct values of the setting `name` over `settings` (training settings, as `values_text` writes them)."""
+    return values_text(pd.Series([getattr(each, name, None) for each in settings], dtype=object))
+
+
 def span_text(values: pd.Series) -> str:
     """One number, or the smallest and the largest ("4", "2 to 4"); "" when there is none."""
     numbers = pd.to_numeric(values, errors="coerce").dropna()
@@ -32,6 +38,16 @@ def span_text(values: pd.Series) -> str:
         return ""
     low, high = int(numbers.min()), int(numbers.max())
     return str(low) if low == high else f"{low} to {high}"
+
+
+def device_text(environment: dict[str, str], capacity_gib: float | None = None) -> str:
+    """ "CPU (x86_64)" where an environment record says the device was a CPU, else its GPU with its memory ("" when
+    it names neither)."""
+    if environment.get("device_type") == "cpu" or (environment.get("cpu") and not environment.get("gpu_name")):
+        return f"CPU ({environment['cpu']})" if environment.get("cpu") else "CPU"
+    if not environment.get("gpu_name"):
+        return ""
+    return environment["gpu_name"] + (f" ({capacity_gib:.0f} GiB)" if capacity_gib else "")
 
 
 def hardware_text(a: GridAnalysis, runs: pd.DataFrame) -> str:
@@ -91,10 +107,13 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
     return {label: text for label, text in pieces.items() if text}
 
 
+def measured_html(pieces: dict[str, str], title: str = "What was measured") -> str:
+    """Known pieces (label → text, in reading order; an empty one is left out) as the header's short list ("" when
+    none is known)."""
+    items = "".join(f"<li>{html.escape(label)}: {html.escape(text)}</li>" for label, text in pieces.items() if text)
+    return f'<div class="measured"><h3>{html.escape(title)}</h3><ul>{items}</ul></div>' if items else ""
+
+
 def what_was_measured_html(a: GridAnalysis) -> str:
     """The header as a short list ("" when nothing is known)."""
-    pieces = what_was_measured(a)
-    if not pieces:
-        return ""
-    items = "".join(f"<li>{html.escape(label)}: {html.escape(text)}</li>" for label, text in pieces.items())
-    return f'<div class="measured"><h3>What was measured</h3><ul>{items}</ul></div>'
+    return measured_html(what_was_measured(a))
