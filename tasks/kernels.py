@@ -65,7 +65,7 @@ def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_be
     published = None
     if sweep.compare_with:
         published = pd.read_csv(sweep.compare_with)
-    report = build_kernel_report(table, sweep.model, not_benchmarked, published)
+    report = build_kernel_report(table, sweep.model, not_benchmarked, published, sweep)
     report_file, _, problems = publish(
         report,
         "kernel_report.html",

@@ -7,6 +7,7 @@
 """
 
 import html
+import json
 
 import matplotlib
 
@@ -16,7 +17,13 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from finetune_bench.analysis.numbers import MISSING, span_text  # noqa: E402
-from finetune_bench.kernels.settings import LIGER, REFERENCE_PROVIDERS, TORCH_COMPILE  # noqa: E402
+from finetune_bench.kernels.settings import (  # noqa: E402
+    LIGER,
+    REFERENCE_PROVIDERS,
+    TORCH_COMPILE,
+    KernelBenchmarkSettings,
+)
+from finetune_bench.reporting.benchmark_tabs.measured import measured_html, values_text  # noqa: E402
 from finetune_bench.reporting.html import Report, figure_html, table_html  # noqa: E402
 from finetune_bench.results.record import OK
 
@@ -159,7 +166,67 @@ def spans_orders_of_magnitude(ratios: pd.Series) -> bool:
     return bool((values > 0).all() and values.max() / values.min() >= LOG_AXIS_SPAN)
 
 
-def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure | None:
+# The shapes a point's `extra_benchmark_config_str` records, as the header names them.
+SHAPE_NAMES = {
+    "hidden_size": "hidden",
+    "intermediate_size": "MLP",
+    "vocab_size": "vocabulary",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "KV heads",
+    "head_dim": "head size",
+}
+
+
+def ran_on_cpu(rows: pd.DataFrame) -> bool:
+    return bool(rows.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu").any())
+
+
+def _config(rows: pd.DataFrame) -> dict:
+    """The first readable `extra_benchmark_config_str` of the rows: the model, its shapes and the dtype ({} where
+    none is)."""
+    for text in rows.get("extra_benchmark_config_str", pd.Series(dtype=str)).dropna().astype(str):
+        try:
+            config = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(config, dict):
+            return config
+    return {}
+
+
+def what_was_measured(
+    rows: pd.DataFrame, sweep: KernelBenchmarkSettings | None = None, model: str = ""
+) -> dict[str, str]:
+    """The report's header: the hardware, the model (`model` where the rows do not name it) and its shapes, the
+    dtype, the sizes and passes, how a point was timed (with the `sweep`'s settings) and liger-kernel's version,
+    those the rows (and the sweep) carry."""
+    config = _config(rows)
+    if ran_on_cpu(rows):
+        hardware = "CPU (Liger's kernels in the Triton interpreter)"
+    else:
+        hardware = values_text(rows.get("gpu_name", pd.Series(dtype=str)))
+    shapes = ", ".join(f"{name} {config[key]:,}" for key, name in SHAPE_NAMES.items() if config.get(key))
+    model = str(config.get("model") or model or (sweep.model if sweep else ""))
+    sizes = values_text(pd.to_numeric(rows.get("x_value", pd.Series(dtype=float)), errors="coerce"))
+    timing = ""
+    if sweep is not None:
+        timing = (
+            f"speed: triton.testing.do_bench, {sweep.warmup_ms} ms warm-up and {sweep.rep_ms} ms of calls per point; "
+            "memory: the peak allocated over 10 calls"
+        )
+    versions = values_text(rows.get("liger_version", pd.Series(dtype=str)))
+    return {
+        "hardware": hardware,
+        "model": f"{model} ({shapes})" if model and shapes else model,
+        "dtype": str(config.get("dtype") or (sweep.dtype if sweep else "")).removeprefix("torch."),
+        "tokens": sizes,
+        "passes": values_text(rows.get("kernel_operation_mode", pd.Series(dtype=str))),
+        "timing": timing,
+        "versions": f"liger-kernel {versions}" if versions else "",
+    }
+
+
+def _ratio_figure(compared: pd.DataFrame, column: str, label: str, cpu: bool = False) -> plt.Figure | None:
     data = compared[compared[column].notna()]
     if data.empty:
         return None
@@ -174,7 +241,9 @@ def _ratio_figure(compared: pd.DataFrame, column: str, label: str) -> plt.Figure
             ax.set_yscale("log")
     grid.set_titles("{col_name}")
     grid.set_axis_labels("tokens (T or BT)", label)
-    grid.figure.suptitle(f"Liger's {label} against the reference, by size", y=1.03)
+    cpu_note = "\n(a CPU run: Liger's kernels in the Triton interpreter, the times say nothing about speed)"
+    cpu_note = cpu_note if cpu else ""
+    grid.figure.suptitle(f"Liger's {label} against the reference, by size{cpu_note}", y=1.06 if cpu else 1.03)
     return grid.figure
 
 
@@ -183,13 +252,16 @@ def build_kernel_report(
     model: str = "",
     not_benchmarked: list[str] | None = None,
     published: pd.DataFrame | None = None,
+    sweep: KernelBenchmarkSettings | None = None,
 ) -> Report:
     """The report of a kernel benchmark's rows; `not_benchmarked`: what Liger ships that has no case here;
-    `published`: rows in Liger's benchmark-data format to set beside these."""
+    `published`: rows in Liger's benchmark-data format to set beside these; `sweep`: the settings they were
+    measured with (the header says how a point was timed)."""
     compared = comparison(rows)
     sections: dict[str, str] = {}
-    overview = []
-    if (rows.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cpu")).any():
+    cpu = ran_on_cpu(rows)
+    overview = [measured_html(what_was_measured(rows, sweep, model))]
+    if cpu:
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     counts = rows["status"].value_counts()
     gpu = ", ".join(sorted(set(rows.get("gpu_name", pd.Series(dtype=str)).dropna().astype(str)) - {""}))
@@ -213,7 +285,7 @@ def build_kernel_report(
         )
     sections["Summary"] = "\n".join(overview)
     for column, label, name in (("speedup", "speedup", "Speed"), ("memory_ratio", "memory ratio", "Memory")):
-        fig = _ratio_figure(compared, column, label) if not compared.empty else None
+        fig = _ratio_figure(compared, column, label, cpu) if not compared.empty else None
         sections[name] = figure_html(fig, f"{label} by size") if fig is not None else "<p>Nothing measured.</p>"
     if not compared.empty:
         sections["Figures"] = (

@@ -4,8 +4,10 @@ whatever happens, the comparison and report read the rows right, and the workflo
 Liger's kernels run in the Triton interpreter here, at tiny-llama's shapes: the times mean nothing."""
 
 import json
+import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -148,6 +150,34 @@ def test_comparison_summary_and_report_read_the_rows():
     assert "out of memory: CUDA" in report.sections["Failures"]
     assert "not benchmarked here (no reference case): jsd, tvd" in report.sections["Summary"]
     assert report.sections["Speed"].count("data:image/png;base64,") == 1
+
+
+def test_the_report_opens_with_what_was_measured():
+    config = {"model": "llama-3-8b", "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+              "dtype": "torch.bfloat16"}  # fmt: skip
+    rows = _gpu_rows().assign(extra_benchmark_config_str=json.dumps(config), liger_version="0.8.5")
+    sweep = KernelBenchmarkSettings(warmup_ms=25, rep_ms=100)
+    summary = build_kernel_report(rows, "llama-3-8b", sweep=sweep).sections["Summary"]
+    assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
+    assert dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0])) == {
+        "hardware": "NVIDIA H100 80GB HBM3",
+        "model": "llama-3-8b (hidden 4,096, MLP 14,336, vocabulary 128,256, heads 32, KV heads 8, head size 128)",
+        "dtype": "bfloat16",
+        "tokens": "1024, 2048, 8192",
+        "passes": "forward, full",
+        "timing": "speed: triton.testing.do_bench, 25 ms warm-up and 100 ms of calls per point; memory: the peak "
+        "allocated over 10 calls",
+        "versions": "liger-kernel 0.8.5",
+    }  # no date: the rows do not say when
+
+
+def test_a_cpu_sweep_s_header_says_cpu_and_leaves_out_what_its_rows_do_not_carry():
+    rows = _gpu_rows().assign(gpu_name="cpu", device="cpu").drop(columns=["x_value"])
+    summary = unescape(build_kernel_report(rows.assign(x_value=8)).sections["Summary"])
+    header = dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0]))
+    assert header == {"hardware": "CPU (Liger's kernels in the Triton interpreter)", "tokens": "8",
+                      "passes": "forward, full"}  # fmt: skip
 
 
 def test_the_workflow_runs_a_sweep_end_to_end():
