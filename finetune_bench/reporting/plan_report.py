@@ -8,6 +8,7 @@ from finetune_bench.analysis.numbers import number_text
 from finetune_bench.prediction.gpus import GIB, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
 from finetune_bench.prediction.memory import PARTS
+from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text
 from finetune_bench.reporting.html import Report, table_html
 
 
@@ -87,6 +88,24 @@ def gib_text(size_bytes: float) -> str:
     return f"{number_text(size_bytes / GIB, min_decimals=1):>6}"
 
 
+def what_would_be_measured(estimate: GridEstimate) -> dict[str, str]:
+    """The plan's header, as the benchmark's "What was measured" reads: the GPU the plan predicts for, the model, the
+    settings every condition shares or sweeps and the steps (nothing ran: no date, no versions)."""
+    settings = [c.training_args for c in estimate.conditions]
+    target = estimate.target
+    steps = settings_text(settings, "max_steps")
+    runs = f", {estimate.n_runs} run{'' if estimate.n_runs == 1 else 's'} per condition" if estimate.n_runs > 0 else ""
+    return {
+        "hardware": f"{target.describe()}, predicted (nothing ran)" if target.name or target.memory_bytes else "",
+        "model": settings_text(settings, "model_name"),
+        "backend": settings_text(settings, "backend"),
+        "dtype": settings_text(settings, "dtype"),
+        "sequence length": settings_text(settings, "max_seq_length"),
+        "batch size per device": settings_text(settings, "per_device_train_batch_size"),
+        "steps": f"{steps} per run{runs}" if steps else "",
+    }
+
+
 def plan_report(estimate: GridEstimate) -> Report:
     """The dry run's report: what would run, what fits, how long, what it costs."""
     table = plan_table(estimate)
@@ -100,5 +119,10 @@ def plan_report(estimate: GridEstimate) -> Report:
         "time is model FLOPs at the MFU assumed for the GPU kind.</p>"
     )
     return Report(
-        sections={"Plan": f"<ul>{summary}</ul>{note}" + table_html(table.round(3))}, headline=_totals(estimate)[1:2]
+        sections={
+            "Plan": measured_html(what_would_be_measured(estimate), "What would be measured")
+            + f"<ul>{summary}</ul>{note}"
+            + table_html(table.round(3))
+        },
+        headline=_totals(estimate)[1:2],
     )

@@ -1,6 +1,7 @@
 """A plan's verdicts agree with the definitions its page gives (borderline: within 10 % of the usable memory), and
-a condition without a verdict says why."""
+a condition without a verdict says why; the page opens with what the plan would measure."""
 
+import re
 from pathlib import Path
 
 import yaml
@@ -45,3 +46,24 @@ def test_a_condition_without_a_verdict_says_why():
     text = plan_text(estimate)
     assert "()" not in text and " 0.0 GiB" not in text  # a tiny model's peak keeps its digits
     assert f"conditions: 4 (4 unknown); runs: 4 (1 per condition); unknown: {grid.NO_TARGET_MEMORY}" in text
+
+
+def test_the_plan_opens_with_what_would_be_measured_and_invents_nothing():
+    page = plan_report(_estimate("llama1b_random.yaml", "H100")).sections["Plan"]
+    assert page.startswith('<div class="measured"><h3>What would be measured</h3>')
+    header = dict(re.findall(r"<li>(.*?): (.*?)</li>", page.split("</ul>", 1)[0]))
+    assert header.pop("hardware").endswith(", predicted (nothing ran)") and "H100" in page
+    assert header == {
+        "model": "random:llama-3.2-1b",
+        "backend": "trl_sft",
+        "dtype": "bfloat16",
+        "sequence length": "2048",
+        "batch size per device": "4, 8, 16",
+        "steps": "20 per run, 3 runs per condition",
+    }  # nothing ran: no date, no versions
+
+
+def test_a_plan_without_a_gpu_names_no_hardware():
+    estimate = grid.estimate_grid(plan_runs(smoke_experiment(), TrainingArgs(), 1), grid.target_gpu(""), 0.0, False)
+    page = plan_report(estimate).sections["Plan"]
+    assert "What would be measured" in page and "<li>hardware:" not in page
