@@ -21,9 +21,8 @@ import os
 from flytekit import Resources, Secret
 from flytekit.extras.accelerators import GPUAccelerator
 
-from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB
 from finetune_bench.prediction.grid import ACCELERATOR_ENV, train_accelerator
-from finetune_bench.sources.cache import DATASET_PREPARATION, MODEL_PREPARATION, preparation_digest
+from finetune_bench.sources.cache import dataset_preparation_version, model_preparation_version
 from images.images import REGISTRY_ENV
 
 TRAIN_RESOURCES = Resources(
@@ -113,7 +112,5 @@ DOWNLOAD_CACHE_VERSION = "1"
 # The download tasks' cache versions. Flyte's cache key is a task's inputs (what is downloaded) and its cache version,
 # a string fixed at registration: here the hash of the code that prepares a dataset or a model, so that after a change
 # to how either is prepared a run gets a prepared copy of the new code, not the one cached before.
-DATASET_CACHE_VERSION = f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(DATASET_PREPARATION)}"
-MODEL_CACHE_VERSION = (
-    f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(MODEL_PREPARATION, {'vocab': OFFLINE_TOKENIZER_VOCAB})}"
-)
+DATASET_CACHE_VERSION = f"{DOWNLOAD_CACHE_VERSION}-{dataset_preparation_version()}"
+MODEL_CACHE_VERSION = f"{DOWNLOAD_CACHE_VERSION}-{model_preparation_version()}"

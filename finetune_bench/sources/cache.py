@@ -65,15 +65,29 @@ def preparation_digest(modules: tuple[str, ...], extra: object = None, package: 
     return digest.hexdigest()[:16]
 
 
-def build_into(dest: Path, build: Callable[[Path], None]) -> Path:
-    """Run `build(tmpdir)` and move the result to `dest` atomically; reuse a complete `dest`."""
-    if (dest / COMPLETE_MARKER).exists():
+def dataset_preparation_version() -> str:
+    """The version of the code that prepares a dataset (`DATASET_PREPARATION`)."""
+    return preparation_digest(DATASET_PREPARATION)
+
+
+def model_preparation_version() -> str:
+    """The version of the code that prepares a model (`MODEL_PREPARATION`, and the offline tokenizer's size)."""
+    from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB
+
+    return preparation_digest(MODEL_PREPARATION, {"vocab": OFFLINE_TOKENIZER_VOCAB})
+
+
+def build_into(dest: Path, build: Callable[[Path], None], version: str = "") -> Path:
+    """Run `build(tmpdir)` and move the result to `dest` atomically; reuse a complete `dest` built by the same
+    `version` of the preparing code (`preparation_digest`; kept in the completion marker), build it anew otherwise."""
+    marker = dest / COMPLETE_MARKER
+    if marker.exists() and marker.read_text() == version:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
     try:
         build(tmp)
-        (tmp / COMPLETE_MARKER).write_text("")
+        (tmp / COMPLETE_MARKER).write_text(version)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)

@@ -18,7 +18,7 @@ from finetune_bench.inputs.catalog import (
 )
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.sources import formats
-from finetune_bench.sources.cache import build_into, cache_root, slug
+from finetune_bench.sources.cache import build_into, cache_root, dataset_preparation_version, slug
 from finetune_bench.sources.synthetic import generate_alpaca_records
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def prepare_dataset(source: DatasetSource, hf_token: str | None = None, root: Pa
     dataset in no known format fails here, before any training.
     """
     destination, build = _dataset_plan(source, hf_token, root)
-    return build_into(destination, build)
+    # a copy prepared by other code (a change to how data is formatted or generated) is prepared again
+    return build_into(destination, build, version=dataset_preparation_version())
 
 
 def dataset_destination(source: DatasetSource) -> Path:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from finetune_bench.inputs.catalog import OFFLINE_TOKENIZER_VOCAB, RANDOM_PREFIX, architecture_config, exists_locally
 from finetune_bench.inputs.model_overrides import apply_config_overrides, parse_config_overrides
-from finetune_bench.sources.cache import build_into, cache_root, slug
+from finetune_bench.sources.cache import build_into, cache_root, model_preparation_version, slug
 from finetune_bench.sources.synthetic import train_offline_tokenizer
 
 if TYPE_CHECKING:  # transformers is imported where a config is read
@@ -29,7 +29,11 @@ def prepare_model(model_name: str, hf_token: str | None = None, root: Path | Non
         if not (destination / "config.json").is_file():
             raise ValueError(f"model_name {model_name!r} is a local path without a config.json")
         return destination
-    return build_into(destination, build)
+    # A random model's config and tokenizer are written by this package's code: a copy written by other code is
+    # written again. A hub model is its snapshot, fetched as it is: never fetched again for a change of code here.
+    random = model_name.startswith(RANDOM_PREFIX)
+    version = model_preparation_version() if random else ""
+    return build_into(destination, build, version=version)
 
 
 def model_destination(model_name: str) -> Path:

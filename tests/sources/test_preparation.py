@@ -50,3 +50,20 @@ def test_the_download_tasks_are_cached_under_their_code_s_version():
         f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(MODEL_PREPARATION, {'vocab': OFFLINE_TOKENIZER_VOCAB})}"
     )
     assert download_dataset.metadata.cache and download_model.metadata.cache
+
+
+def test_a_prepared_copy_is_reused_by_the_same_code_and_prepared_again_by_other_code(tmp_path):
+    from finetune_bench.sources.cache import build_into
+
+    built = []
+
+    def build(directory):
+        built.append(directory)
+        (directory / "data.txt").write_text(str(len(built)))
+
+    dest = tmp_path / "prepared"
+    build_into(dest, build, version="code-a")
+    build_into(dest, build, version="code-a")  # the same code: reused
+    assert len(built) == 1
+    build_into(dest, build, version="code-b")  # the preparing code changed: prepared again, in place
+    assert len(built) == 2 and (dest / "data.txt").read_text() == "2"
