@@ -5,6 +5,7 @@ import base64
 import html
 import io
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,8 @@ body {{ font-family: -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em;
 table {{ border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }}
 .table {{ overflow-x: auto; max-width: 100%; }}
+.compact th, .compact td {{ white-space: normal; }}
+details.columns > summary {{ cursor: pointer; color: #245; margin: -1em 0 1em; }}
 th {{ background: #f2f2f2; }}
 .warning {{ background: #fff3cd; border: 1px solid #e0b000; padding: 0.8em; margin: 1em 0; }}
 .verdict {{ font-size: 1.05em; font-weight: bold; }}
@@ -95,6 +98,28 @@ def table_html(frame: pd.DataFrame) -> str:
             frame.iloc[:, i] = frame.iloc[:, i].map(lambda v: "–" if _missing(v) else v)
     table = frame.to_html(index=False, float_format=table_number, na_rep="–", border=0, escape=True)
     return f'<div class="table">{table}</div>'
+
+
+def compact_table_html(frame: pd.DataFrame, first: Iterable[str], what: str = "the table") -> str:
+    """A wide table as a page shows it: the columns of `first` that `frame` has, in that order (their headers may
+    wrap at an underscore), then every column, those first, behind a toggle. A table with no other column is shown
+    whole."""
+    shown = [column for column in dict.fromkeys(first) if column in frame.columns]
+    ordered = frame[[*shown, *(column for column in frame.columns if column not in shown)]]
+    if not shown or len(shown) == len(frame.columns):
+        return table_html(ordered)
+    summary = f"{html.escape(what)}: all {len(frame.columns)} columns ({len(frame.columns) - len(shown)} more)"
+    return (
+        f'{wrapping_table_html(frame[shown])}<details class="columns"><summary>{summary}</summary>'
+        f"{table_html(ordered)}</details>"
+    )
+
+
+def wrapping_table_html(frame: pd.DataFrame) -> str:
+    """`frame` as a table whose headers may wrap at an underscore and whose text cells may wrap where they have
+    spaces: many short figures under long column names that fit a page."""
+    table = table_html(frame).replace('<div class="table">', '<div class="table compact">', 1)
+    return re.sub(r"<th>(.*?)</th>", lambda m: "<th>" + m.group(1).replace("_", "_<wbr>") + "</th>", table)
 
 
 def _missing(value: object) -> bool:

@@ -4,12 +4,12 @@ import html
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.reporting.benchmark_tabs.cells import text_or_missing
-from finetune_bench.reporting.html import table_html
+from finetune_bench.reporting.html import wrapping_table_html
 from finetune_bench.results.record import OK
 
 
 def conditions_tab(a: GridAnalysis) -> str:
-    parts = [table_html(a.summary)]
+    parts = [wrapping_table_html(a.summary)]
     failures = a.table[a.table["status"] != OK]
     if failures.empty:
         parts.append("<p>No run failed.</p>")

@@ -4,7 +4,7 @@ import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.measuring.environment import RECORDED_PACKAGES
-from finetune_bench.reporting.html import table_html
+from finetune_bench.reporting.html import compact_table_html
 
 ENVIRONMENT_KEYS = (
     "gpu_name",
@@ -18,6 +18,9 @@ ENVIRONMENT_KEYS = (
     "python",
     "lock_sha256",
 )
+# What the table shows before its toggle (every recorded key is behind it).
+KEY_ENVIRONMENT = ("gpu_name", "gpu_count", "gpu_memory_gib", "driver", "cuda", "cpu", "torch", "liger-kernel",
+                   "transformers", "python")  # fmt: skip
 
 
 def environment_html(a: GridAnalysis) -> str:
@@ -25,4 +28,6 @@ def environment_html(a: GridAnalysis) -> str:
     items = {key: a.environment[key] for key in ENVIRONMENT_KEYS if key in a.environment}
     if a.capacity_gib:
         items["gpu_memory_gib"] = f"{a.capacity_gib:.1f}"
-    return "<h3>Environment</h3>" + table_html(pd.DataFrame([items])) if items else ""
+    if not items:
+        return ""
+    return "<h3>Environment</h3>" + compact_table_html(pd.DataFrame([items]), KEY_ENVIRONMENT, "the environment")

@@ -7,7 +7,11 @@ import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.reporting.benchmark_tabs.figures import loss_curves_figure
-from finetune_bench.reporting.html import figure_html, table_html
+from finetune_bench.reporting.html import compact_table_html, figure_html, table_html
+
+# The loss-parity table's first columns: the verdict, then which pair and how far apart (the runs' condition ids are
+# behind the toggle).
+KEY_PARITY = ("verdict", "arm", "run_number", "steps_compared", "max_abs_diff", "max_rel_diff", "first_divergent_step")
 
 
 def loss_curves_tab(a: GridAnalysis) -> str:
@@ -16,9 +20,16 @@ def loss_curves_tab(a: GridAnalysis) -> str:
     if not a.parity.empty:
         content += (
             "<h3>Loss parity</h3><p>Each arm's run against the baseline run with the same other settings and run "
-            "number (same seed, same data order), step by step.</p>" + table_html(a.parity)
+            "number (same seed, same data order), step by step.</p>"
+            + compact_table_html(a.parity, _parity_columns(a), "the loss parity")
         )
     return content + held_out_html(a)
+
+
+def _parity_columns(a: GridAnalysis) -> list[str]:
+    """The verdict first, then the pair (its arm, the other swept axes, the run) and how far its curves got."""
+    others = [axis for axis in a.swept if axis != "arm"]
+    return [*KEY_PARITY[:2], *others, *KEY_PARITY[2:]]
 
 
 def held_out_html(a: GridAnalysis) -> str:
@@ -50,6 +61,10 @@ def held_out_html(a: GridAnalysis) -> str:
     if not a.held_out.empty:
         parts.append(
             "<p>Each arm's run against the baseline run with the same other settings and run number, after the "
-            "last step.</p>" + table_html(a.held_out.round(4))
+            "last step.</p>" + table_html(_verdict_first(a.held_out).round(4))
         )
     return "".join(parts)
+
+
+def _verdict_first(table: pd.DataFrame) -> pd.DataFrame:
+    return table[["verdict", *(c for c in table.columns if c != "verdict")]] if "verdict" in table else table

@@ -11,7 +11,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # n
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E402
-from finetune_bench.reporting.html import arm_order, arm_palette, figure_html, table_html  # noqa: E402
+from finetune_bench.reporting.html import arm_order, arm_palette, compact_table_html, figure_html  # noqa: E402
 
 
 def step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
@@ -71,6 +71,8 @@ def step_times_tab(a: GridAnalysis) -> str:
         parts.append(
             "<h3>Runs moved by slow steps</h3><p>Runs whose throughput over all timed steps differs from their steady "
             "state by more than the A/A noise floor (3 % without an A/A arm); <code>timing_skew</code> is steady over "
-            "all-steps throughput, less 1.</p>" + table_html(a.skewed_runs)
+            "all-steps throughput, less 1.</p>"
+            # the condition's id repeats its axes: behind the toggle
+            + compact_table_html(a.skewed_runs, [c for c in a.skewed_runs if c != "condition_id"], "these runs")
         )
     return "\n".join(parts)

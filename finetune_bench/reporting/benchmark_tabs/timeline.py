@@ -10,7 +10,7 @@ import seaborn as sns  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.analysis.timeline import IN_WALL_COLUMNS, OTHER_COLUMN  # noqa: E402
-from finetune_bench.reporting.html import figure_html, table_html  # noqa: E402
+from finetune_bench.reporting.html import figure_html, wrapping_table_html  # noqa: E402
 
 
 def timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
@@ -60,5 +60,5 @@ def timeline_html(a: GridAnalysis) -> str:
         'reused from the results store (<code>reused_runs</code>; "reused" beside the condition) shows the '
         "timeline of the execution that measured it, not this one's.</p>"
         + figure_html(timeline_figure(a.timeline, a.swept), "where the wall time went, per condition")
-        + table_html(a.timeline)
+        + wrapping_table_html(a.timeline)
     )
