@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -678,7 +679,7 @@ def test_workflow_finds_a_larger_liger_frontier(tmp_path):
     assert (
         "With liger, batch size 2 trains where the baseline runs out of memory (from batch 2): ×2.00 the baseline's "
         "frontier (simulated by the fake memory model, not measured)."
-    ) in report.read_text()
+    ) in unescape(report.read_text())
 
 
 def test_child_probe_runs_the_real_worker(tmp_path, tiny_model_dir, tiny_dataset_dir, monkeypatch):
