@@ -210,9 +210,11 @@ def what_was_measured(
     sizes = values_text(pd.to_numeric(rows.get("x_value", pd.Series(dtype=float)), errors="coerce"))
     timing = ""
     if sweep is not None:
+        # 10 calls: `kernels.measure.MEMORY_CALLS` (that module imports torch, which the report's image has not got)
+        memory = "no memory figure on a CPU" if ran_on_cpu(rows) else "the peak allocated over 10 calls"
         timing = (
             f"speed: triton.testing.do_bench, {sweep.warmup_ms} ms warm-up and {sweep.rep_ms} ms of calls per point; "
-            "memory: the peak allocated over 10 calls"
+            f"memory: {memory}"
         )
     versions = values_text(rows.get("liger_version", pd.Series(dtype=str)))
     return {
