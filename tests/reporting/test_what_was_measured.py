@@ -77,6 +77,13 @@ def test_a_cpu_grid_says_cpu_and_never_gpu():
     assert header["hardware"] == "CPU (x86_64)"
     assert not any("GPU" in text for text in header.values())
     assert "GPU's capacity" not in report.sections["Memory"]  # no capacity line is drawn on a CPU run
+    for tab in ("Throughput", "Speedup"):  # a tab of timing figures says it timed a CPU
+        assert report.sections[tab].startswith('<div class="warning"><b>CPU run.</b>'), tab
+
+
+def test_a_gpu_grid_s_timing_figures_carry_no_cpu_note():
+    report = _report(H100, "cuda:0", ExperimentArgs(arm=["liger", "baseline"]))
+    assert not any("CPU run." in report.sections[tab] for tab in ("Throughput", "Speedup"))
 
 
 def test_what_no_run_recorded_is_left_out_not_guessed():

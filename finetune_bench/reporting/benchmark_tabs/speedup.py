@@ -11,6 +11,7 @@ from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.cells import number_text  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import BATCH, SEQ, bar_panel, panels  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
 from finetune_bench.reporting.html import figure_html, table_html  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list[
 
 
 def speedup_tab(a: GridAnalysis) -> str:
-    parts = []
+    parts = [cpu_timings_note(a)]
     speedup = speedup_figure(a.comparison, a.summary, a.swept)
     if speedup is not None:
         parts.append(figure_html(speedup, "throughput ratio heatmap"))

@@ -11,6 +11,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # n
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
 from finetune_bench.reporting.html import arm_order, arm_palette, compact_table_html, figure_html  # noqa: E402
 
 
@@ -59,6 +60,7 @@ def step_times_tab(a: GridAnalysis) -> str:
     if times is None:
         return "<p>No run recorded a step.</p>"
     parts = [
+        cpu_timings_note(a),
         figure_html(times, "step time distribution"),
         "<p>A timed step that fed a batch shape its run had not fed before (on several GPUs: any rank) can be slow "
         "once: kernels and libraries specialise for the shape. The <b>steady-state throughput</b> counts every timed "

@@ -18,6 +18,16 @@ CPU_WARNING = (
 )
 
 
+def cpu_timings_note(a: GridAnalysis) -> str:
+    """The line a tab of timing figures opens with when the runs trained on a CPU ("" otherwise)."""
+    if not ran_on_cpu(a.table):
+        return ""
+    return (
+        '<div class="warning"><b>CPU run.</b> These figures time a CPU, Liger\'s kernels in the Triton interpreter: '
+        "they say nothing about Liger's speed.</div>"
+    )
+
+
 def headline(a: GridAnalysis) -> list[str]:
     """The Summary's first line as plain text, for a console: how the runs ended, how many were reused (on a CPU,
     that its timings say nothing about speed), then each arm's verdict."""

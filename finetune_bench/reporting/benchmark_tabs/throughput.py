@@ -6,11 +6,13 @@ from finetune_bench.analysis.tables import COST_COLUMN
 from finetune_bench.reporting.benchmark_tabs.cells import has_values
 from finetune_bench.reporting.benchmark_tabs.energy import cost_label
 from finetune_bench.reporting.benchmark_tabs.figures import bar_panel
+from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note
 from finetune_bench.reporting.html import figure_html
 
 
 def throughput_tab(a: GridAnalysis) -> str:
     parts = [
+        cpu_timings_note(a),
         "<p>Non-padding tokens per second over the measured steps (warm-up excluded). Bars: median over repeats; "
         "error bars: min–max. OOM / ERR / T/O / NaN / LOST mark conditions with no ok run.</p>",
         figure_html(bar_panel(a.table, "tokens_per_second", a.swept, "Throughput"), "throughput by batch size"),
