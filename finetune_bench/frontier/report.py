@@ -36,8 +36,15 @@ from finetune_bench.frontier.settings import (
 )
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, grid_report
+from finetune_bench.reporting.benchmark_tabs.environment import KEY_ENVIRONMENT
 from finetune_bench.reporting.benchmark_tabs.measured import device_text, measured_html, settings_text, versions_text
-from finetune_bench.reporting.html import Report, arm_palette, figure_html, table_html
+from finetune_bench.reporting.html import (
+    Report,
+    arm_palette,
+    compact_table_html,
+    figure_html,
+    wrapping_table_html,
+)
 from finetune_bench.results.record import ERROR, LOST, OK, OOM, TIMEOUT
 from finetune_bench.running.faults import FAKE_MEMORY_ENV
 
@@ -341,7 +348,7 @@ def build_frontier_report(
         if simulated:
             ratios["note"] = [f"{note}; {SIMULATED}" if note else SIMULATED for note in ratios["note"]]
         summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
-        summary.append(table_html(_for_display(ratios)))
+        summary.append(wrapping_table_html(_for_display(ratios)))
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         f"of memory{' (simulated)' if simulated else ''}, the peak memory of the probe at the frontier (GiB) against "
@@ -350,7 +357,10 @@ def build_frontier_report(
         "predicted / interpolation), an empty one is a doubling search.</p>"
     )
     shown = frontiers.rename(columns={"gpu_seconds": "cpu_seconds"}) if cpu else frontiers
-    summary.append(table_html(_for_display(shown)))
+    key = ["arm", "dimension", "at", "status", "frontier", "first_oom", "predicted_frontier", "probes_used",
+           "cpu_seconds" if cpu else "gpu_seconds", "peak_reserved_gib", "peak_reserved_share_of_gpu",
+           "process_peak_rss_gib", "reason"]  # fmt: skip
+    summary.append(compact_table_html(_for_display(shown), key, "the frontiers"))
     summary.append(
         "<p>"
         + html.escape(
@@ -363,7 +373,7 @@ def build_frontier_report(
     if gpu_memory_gib:
         env_items["gpu_memory_gib"] = f"{gpu_memory_gib:.1f}"
     if env_items:
-        summary.append(table_html(pd.DataFrame([env_items])))
+        summary.append(compact_table_html(pd.DataFrame([env_items]), KEY_ENVIRONMENT, "the environment"))
     sections["Frontier"] = "\n".join(summary)
 
     if probes.empty:
@@ -377,7 +387,7 @@ def build_frontier_report(
             "stopped; where the capacity is unknown"
             + (" (a CPU run, whose figure is host memory)" if cpu else "")
             + ", on the dotted out-of-memory line at the top of the panel.</p>",
-            table_html(probes.drop(columns=["error_tail"])),
+            wrapping_table_html(probes.drop(columns=["error_tail"])),
         ]
         for row in probes[~probes["status"].isin([OK, OOM])].itertuples():
             parts.append(

@@ -1,6 +1,6 @@
 """The frontier report of a run on the fake memory model (`make frontier`'s CPU smoke run): what was measured, its
 out-of-memory results named as simulated beside every figure they make, CPU seconds, and a probes figure that draws an
-out-of-memory probe where its caption says."""
+out-of-memory probe where its caption says, and tables that fit a page 1400 px wide."""
 
 import dataclasses
 import re
@@ -11,6 +11,7 @@ from finetune_bench.frontier.settings import SEQ_LENGTH
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.running.faults import FAKE_MEMORY_ENV
 from tests.frontier.test_frontier import GIB, FakeProbe, make_search
+from tests.reporting.test_wide_tables import needs_chromium, table_widths
 
 
 class FakeMemoryProbe(FakeProbe):
@@ -95,3 +96,10 @@ def test_the_probes_figure_draws_an_out_of_memory_probe_on_the_line_its_caption_
     assert all(y < top for x, y in points if y != top)  # every ok probe at its measured peak, below the line
     assert "simulated" in figure._suptitle.get_text() and "a CPU run" in figure._suptitle.get_text()
     plt.close(figure)
+
+
+@needs_chromium
+def test_at_1400_px_no_table_of_the_frontier_report_scrolls_sideways(tmp_path):
+    widths = table_widths(_simulated_report()[2].to_html(), tmp_path)
+    assert {w["section"] for w in widths} == {"frontier", "probes"}
+    assert [w for w in widths if w["scroll"] > w["client"]] == []
