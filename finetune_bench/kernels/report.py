@@ -24,7 +24,7 @@ from finetune_bench.kernels.settings import (  # noqa: E402
     KernelBenchmarkSettings,
 )
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html, values_text  # noqa: E402
-from finetune_bench.reporting.html import Report, figure_html, table_html  # noqa: E402
+from finetune_bench.reporting.html import Report, compact_table_html, figure_html, table_html  # noqa: E402
 from finetune_bench.results.record import OK
 
 # Within this much of 1, a ratio is a tie: Liger's own published points move by more than that between runs.
@@ -323,5 +323,8 @@ def build_kernel_report(
         if not failures.empty
         else "<p>No point failed.</p>"
     )
-    sections["Rows"] = table_html(rows)
+    # A point, its figures and how it ended first; its shapes, GPU and version (the header's) behind the toggle.
+    key = ["kernel_name", "kernel_provider", "kernel_operation_mode", "metric_name", "metric_unit", "x_value",
+           "y_value_50", "y_value_20", "y_value_80", "status", "reason"]  # fmt: skip
+    sections["Rows"] = compact_table_html(rows, key, "every row")
     return Report(sections=sections, headline=[measured])

@@ -9,7 +9,11 @@ from finetune_bench.prediction.gpus import GIB, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
 from finetune_bench.prediction.memory import PARTS
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text
-from finetune_bench.reporting.html import Report, table_html
+from finetune_bench.reporting.html import Report, compact_table_html
+
+# What the plan's table shows before its toggle.
+PLAN_KEY_COLUMNS = ("condition_id", "verdict", "predicted_peak_reserved_gib", "peak_at", "predicted_step_time_s",
+                    "predicted_tokens_per_second", "verdict_reason", "not_predicted")  # fmt: skip
 
 
 def plan_table(estimate: GridEstimate) -> pd.DataFrame:
@@ -122,7 +126,8 @@ def plan_report(estimate: GridEstimate) -> Report:
         sections={
             "Plan": measured_html(what_would_be_measured(estimate), "What would be measured")
             + f"<ul>{summary}</ul>{note}"
-            + table_html(table.round(3))
+            # the predicted peak's parts behind the toggle
+            + compact_table_html(table.round(3), PLAN_KEY_COLUMNS, "the plan")
         },
         headline=_totals(estimate)[1:2],
     )

@@ -23,6 +23,7 @@ from finetune_bench.kernels.settings import (
     kernels_to_run,
     liger_kernels_shipped,
 )
+from tests.reporting.test_wide_tables import needs_chromium, table_widths
 
 # Liger's benchmark data columns (benchmark/data/all_benchmark_data.csv in linkedin/Liger-Kernel), in order.
 LIGER_COLUMNS = [
@@ -178,6 +179,16 @@ def test_a_cpu_sweep_s_header_says_cpu_and_leaves_out_what_its_rows_do_not_carry
     header = dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0]))
     assert header == {"hardware": "CPU (Liger's kernels in the Triton interpreter)", "tokens": "8",
                       "passes": "forward, full"}  # fmt: skip
+
+
+@needs_chromium
+def test_at_1400_px_no_table_of_the_kernel_report_scrolls_sideways(tmp_path):
+    rows = _gpu_rows().assign(extra_benchmark_config_str='{"model": "llama-3-8b", "hidden_size": 4096}')
+    report = build_kernel_report(rows, "llama-3-8b")
+    assert "every row: all " in report.sections["Rows"]  # the shapes, GPU and version behind the toggle
+    widths = table_widths(report.to_html(), tmp_path)
+    assert {w["section"] for w in widths} == {"summary", "figures", "failures", "rows"}
+    assert [w for w in widths if w["scroll"] > w["client"]] == []
 
 
 def test_the_workflow_runs_a_sweep_end_to_end():

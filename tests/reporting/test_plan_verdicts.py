@@ -11,6 +11,7 @@ from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_e
 from finetune_bench.prediction import grid
 from finetune_bench.prediction.gpus import usable_bytes
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
+from tests.reporting.test_wide_tables import needs_chromium, table_widths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,3 +68,11 @@ def test_a_plan_without_a_gpu_names_no_hardware():
     estimate = grid.estimate_grid(plan_runs(smoke_experiment(), TrainingArgs(), 1), grid.target_gpu(""), 0.0, False)
     page = plan_report(estimate).sections["Plan"]
     assert "What would be measured" in page and "<li>hardware:" not in page
+
+
+@needs_chromium
+def test_at_1400_px_the_plan_s_table_does_not_scroll_sideways(tmp_path):
+    report = plan_report(_estimate("llama1b_random.yaml", "H100"))
+    assert "the plan: all " in report.sections["Plan"]  # the predicted peak's parts behind the toggle
+    widths = table_widths(report.to_html(), tmp_path)
+    assert len(widths) == 1 and widths[0]["scroll"] <= widths[0]["client"], widths
