@@ -328,9 +328,9 @@ def _check_float8(training_args: TrainingArgs, arm: Arm, where: str) -> None:
         )
     if t.world_size > 1:
         raise SpecError(
-            f"arm {arm.name!r} with {t.world_size} GPUs{where}: float8 training runs on one GPU only, where its figures "
-            "are checked (torchao's float8 under DDP, and under FSDP2 with its float8 all-gather, has no measured "
-            "figures yet: docs/multi-gpu.md); set num_gpus 1, or compare the other stacks on several GPUs"
+            f"arm {arm.name!r} with {t.world_size} GPUs{where}: float8 training runs on one GPU only, where its "
+            "figures are checked (torchao's float8 under DDP, and under FSDP2 with its float8 all-gather, has no "
+            "measured figures yet: docs/multi-gpu.md); set num_gpus 1, or compare the other stacks on several GPUs"
         )
     if t.device == "cpu":
         raise SpecError(
