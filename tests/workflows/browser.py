@@ -1,5 +1,5 @@
 """Open an HTML page in headless Chromium (Debian's `chromium`): what every image decoded to, script errors,
-and a screenshot."""
+the "What was measured" header as laid out, and a screenshot."""
 
 import json
 import re
@@ -38,6 +38,9 @@ window.addEventListener("load", () => {
     } catch (e) { r.error = String(e); }
     out.images.push(r);
   }
+  const header = document.querySelector(".measured");
+  out.header = header ? {text: header.innerText, top: header.getBoundingClientRect().top,
+                         height: header.getBoundingClientRect().height} : null;
   const pre = document.createElement("pre");
   pre.id = "browser-check";
   pre.textContent = JSON.stringify(out);
@@ -53,7 +56,8 @@ def _run(args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess
 
 
 def inspect_page(page: Path, work_dir: Path) -> dict:
-    """Load a copy of `page` with the checker injected; return {"errors": [...], "images": [...]}."""
+    """Load a copy of `page` with the checker injected; return {"errors": [...], "images": [...], "header": {...}}
+    (the header: the "What was measured" block's text and where it is laid out, None when the page has none)."""
     text = page.read_text()
     checked = work_dir / f"checked-{page.name}"
     checked.write_text(re.sub(r"<head[^>]*>", lambda m: m.group(0) + _CHECKER, text, count=1))
