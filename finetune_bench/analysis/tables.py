@@ -58,6 +58,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         # what the run trained on: "cpu" (num_gpus, world_size and the per-GPU figures then count processes on the
         # CPU, not GPUs), or the GPU; empty when the run did not say
         row["hardware"] = ""
+        # what it trained: the model and the data (the report's "What was measured" names them)
+        row.update(model_name=run.training_args.model_name, dataset_name=run.training_args.dataset_name)
         row.update(world_size=run.training_args.world_size, global_batch_size=run.training_args.global_batch_size)
         if result is None:
             row.update(status=LOST, reason="the training task failed; no result came back")

@@ -54,6 +54,8 @@ def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
     assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
     assert _header(summary) == {
         "hardware": "NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run",
+        "model": "random:tiny-llama",
+        "dataset": "synthetic:alpaca",
         "backend": "plain_loop",
         "dtype": "bfloat16",
         "sequence length": "1024",
@@ -61,7 +63,7 @@ def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
         "steps": "10 per run, 8 of them timed",
         "measured": "2026-11-26 14:00 UTC to 2026-11-26 14:03 UTC",
         "versions": "liger-kernel 0.8.5, torch 2.11.0, transformers 5.23.0, lockfile sha256 12ab43339895",
-    }  # no model, dataset or inputs file: neither the results table nor the environment record carries them
+    }  # no inputs file: the workflow is handed its values, not the file's name
 
 
 def test_the_swept_values_and_the_gpus_per_run_are_all_named():
@@ -88,4 +90,4 @@ def test_a_gpu_grid_s_timing_figures_carry_no_cpu_note():
 
 def test_what_no_run_recorded_is_left_out_not_guessed():
     header = _header(_report({}, "", ExperimentArgs(arm=["liger", "baseline"]), details=False).sections["Summary"])
-    assert set(header) == {"backend", "sequence length", "batch size per device"}
+    assert set(header) == {"model", "dataset", "backend", "sequence length", "batch size per device"}  # the plan's

@@ -96,6 +96,8 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
     runs = runs if not runs.empty else table
     pieces = {
         "hardware": hardware_text(a, runs),
+        "model": values_text(runs.get("model_name", pd.Series(dtype=str))),
+        "dataset": values_text(runs.get("dataset_name", pd.Series(dtype=str))),
         "backend": values_text(runs.get("backend", pd.Series(dtype=str))),
         "dtype": values_text(runs.get("dtype", pd.Series(dtype=str))),
         "sequence length": values_text(runs.get("max_seq_length", pd.Series(dtype=float))),
