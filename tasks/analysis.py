@@ -23,6 +23,7 @@ from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import ERROR, NONFINITE, TIMEOUT, RunResult
 from images import analysis_image
 from tasks.execution import cluster_notes
+from tasks.inputs_yaml import inputs_file_argument
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV
 
@@ -146,6 +147,8 @@ def analyze_results(
         alpha=execution.alpha,
         gpu_hour_price=prediction.gpu_hour_price,
     )
+    if inputs_file_argument():  # a local run: the report and environment.json name the inputs file it was given
+        analysis.environment["inputs_file"] = inputs_file_argument()
     report = grid_report(analysis, notes=cluster_notes(execution.results_store))
     tables = {
         "results": analysis.table,

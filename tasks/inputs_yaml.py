@@ -134,15 +134,16 @@ def read_inputs_whole(workflow: Any, settings_checks: Sequence[Callable[..., Non
         try:
             check_inputs_file(data, interface, name, settings_checks)
         except SpecError as error:
-            hint = migration_hint(data, _inputs_file_argument())
+            hint = migration_hint(data, inputs_file_argument())
             raise click.BadParameter(str(error) + (f"\n{hint}" if hint else ""), param_hint="'--inputs-file'") from None
 
     _WHOLE_FILE_CHECKS[name] = check
     require_unique_keys()
 
 
-def _inputs_file_argument() -> str:
-    """The `--inputs-file` of this process's command line, if it has one."""
+def inputs_file_argument() -> str:
+    """The `--inputs-file` of this process's command line, if it has one (a local `pyflyte run`; a task in a pod
+    has none)."""
     argv = sys.argv
     return next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--inputs-file"), "")
 

@@ -1,5 +1,7 @@
 """The smoke workflow end to end (the embedded default), the download cache, and serialization."""
 
+import html
+import json
 import os
 import re
 import subprocess
@@ -79,6 +81,10 @@ def test_the_demo_console_says_what_a_user_needs_in_few_lines(smoke_run):
     assert lines[-3].startswith("liger vs baseline: throughput ×")
     assert lines[-2:] == [f"report: {export.resolve() / 'report.html'}", f"results: {export.resolve() / 'results.csv'}"]
     assert set(pd.read_csv(export / "results.csv")["hardware"]) == {"cpu"}
+    # the report and environment.json name the inputs file the run was given
+    inputs_file = completed.args[completed.args.index("--inputs-file") + 1]
+    assert f"<li>inputs file: {html.escape(inputs_file)}</li>" in (export / "report.html").read_text()
+    assert json.loads((export / "environment.json").read_text())["environment"]["inputs_file"] == inputs_file
 
 
 def test_smoke_yaml_is_the_embedded_default():

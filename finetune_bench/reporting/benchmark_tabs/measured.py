@@ -105,6 +105,7 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
         "steps": steps_text(runs),
         "measured": measured_at_text(runs),
         "versions": versions_text(a.environment),
+        "inputs file": a.environment.get("inputs_file", ""),
     }
     return {label: text for label, text in pieces.items() if text}
 
