@@ -19,14 +19,15 @@ import resource
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
-from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, MEMORY_PHASES, METRICS, STEADY_TIME, throughput
+from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
+from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
 from finetune_bench.measuring.steady_state import TimedStep, steady_state
 
@@ -132,13 +133,8 @@ class StepRecorder:
     _energy: EnergyCounter | None = None
     _energy_at_last_end: float | None = None
     energy_unavailable: str = ""
-    # Per memory phase (`MEMORY_PHASES`), the peak allocated and reserved bytes over the run; the phase under way; and
-    # the step's peaks folded in from the phases it went through (the allocator's own peak is reset at each phase).
-    memory_phase_peaks: dict[str, dict[str, int]] = field(default_factory=dict)
-    _memory_phases: list[str] = field(default_factory=list)
-    # Training ended (`end_training`): what runs after it (a profile) counts in no memory phase.
-    _memory_phases_closed: bool = False
-    _step_peaks: tuple[int, int] = (0, 0)
+    # The GPU memory peaks by memory phase (`MEMORY_PHASES`) and by step.
+    _memory: MemoryPhasePeaks | None = None
     # The phases of the run's timeline measured here (`measuring.metrics.TIMELINE`), in seconds; and when the last
     # of them ended (`setup_s` runs from there to the first step).
     phases: dict[str, float] = field(default_factory=dict)
@@ -158,43 +154,25 @@ class StepRecorder:
             self._phase_ended = time.perf_counter()
             self.phases[name] = self.phases.get(name, 0.0) + self._phase_ended - start
 
-    def _fold_peaks(self) -> None:
-        """Fold the allocator's peaks since the last reset into the step's and into the phase under way's, and reset
-        them. The allocator keeps its statistics on the host as it allocates: nothing is synchronized."""
-        if not self._cuda or self._memory_phases_closed:
-            return
-        allocated = torch.cuda.max_memory_allocated(self.device)
-        reserved = torch.cuda.max_memory_reserved(self.device)
-        self._step_peaks = (max(self._step_peaks[0], allocated), max(self._step_peaks[1], reserved))
-        if self._memory_phases:
-            peaks = self.memory_phase_peaks.setdefault(self._memory_phases[-1], {"allocated": 0, "reserved": 0})
-            peaks["allocated"] = max(peaks["allocated"], allocated)
-            peaks["reserved"] = max(peaks["reserved"], reserved)
-        torch.cuda.reset_peak_memory_stats(self.device)
+    def __post_init__(self) -> None:
+        self._memory = MemoryPhasePeaks(self.device)
+
+    @property
+    def memory_phase_peaks(self) -> dict[str, dict[str, int]]:
+        """Per memory phase, the peak allocated and reserved bytes over the run."""
+        return self._memory.peaks
 
     def enter_memory_phase(self, name: str) -> None:
-        """From now on the allocator's peaks count in memory phase `name` (until `leave_memory_phase`); what came
-        before counts in the phase it was in. Phases nest: a loss computed inside the forward's phase counts in the
-        loss's, and the forward's resumes after it."""
-        if name not in MEMORY_PHASES:
-            raise ValueError(f"{name!r} is not a memory phase ({', '.join(MEMORY_PHASES)})")
-        self._fold_peaks()
-        self._memory_phases.append(name)
+        """From now on the allocator's peaks count in memory phase `name` (until `leave_memory_phase`); phases nest."""
+        self._memory.enter(name)
 
     def leave_memory_phase(self) -> None:
         """End the innermost memory phase (nothing when none is under way)."""
-        self._fold_peaks()
-        if self._memory_phases:
-            self._memory_phases.pop()
+        self._memory.leave()
 
-    @contextmanager
-    def memory_phase(self, name: str) -> Iterator[None]:
+    def memory_phase(self, name: str) -> AbstractContextManager[None]:
         """The block's GPU memory peaks count in memory phase `name` (`MEMORY_PHASES`), however it ends."""
-        self.enter_memory_phase(name)
-        try:
-            yield
-        finally:
-            self.leave_memory_phase()
+        return self._memory.within(name)
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count
@@ -291,9 +269,8 @@ class StepRecorder:
         now = time.perf_counter()
         peak_alloc = peak_reserved = mallocs = retries = None
         if self._cuda:
-            self._fold_peaks()  # the step's peak: the largest of its phases' and of what ran outside them
-            peak_alloc, peak_reserved = self._step_peaks
-            self._step_peaks = (0, 0)
+            # the step's peak: the largest of its phases' and of what ran outside them
+            peak_alloc, peak_reserved = self._memory.take_step_peaks()
             counts = self._allocator_counts()
             mallocs, retries = (
                 now_n - last_n for now_n, last_n in zip(counts, self._allocator_at_last_end, strict=True)
@@ -365,8 +342,7 @@ class StepRecorder:
         finally:
             self._sync()
             if self._cuda:
-                self._fold_peaks()  # the work's peaks count in its own memory phase (an evaluation), not in a step's
-                self._step_peaks = (0, 0)
+                self._memory.take_step_peaks()  # the work's peaks count in its own memory phase, not in a step's
                 gc.collect()
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(self.device)
@@ -402,7 +378,7 @@ class StepRecorder:
             self._nvml = None
         if self._peak_rss_bytes is None:  # ru_maxrss is in KiB on Linux
             self._peak_rss_bytes = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        self._memory_phases_closed = True
+        self._memory.close()
 
     def record_loss(self, step: int, loss: float) -> None:
         """Keep step `step`'s loss; a NaN or infinite loss ends the run (NonFiniteLoss): what follows is noise."""
