@@ -86,7 +86,8 @@ PRELOAD = (
     "wandb",
     WORKER_MODULE,
 )
-# The server a rank's child forks from (`offered_to_ranks`): its address and its environment's digest, as JSON.
+# The server a rank's child forks from (`offered_to_ranks`): its address and the environment it imported under, as
+# JSON.
 NODE_SERVER_ENV = "FINETUNE_BENCH_NODE_FORK_SERVER"
 # Read while a run runs (never at import): a child's value may differ from its server's.
 RUNTIME_ENV = frozenset(
@@ -270,31 +271,14 @@ def start_child(module_args: list[str], log_path: Path, env: Mapping[str, str]) 
         return _start_at_node_server(env[NODE_SERVER_ENV], module_args, log_path, env)
     key = server_key(env)
     with _LOCK:
-        if key in _REFUSED:
-            return None
-        server = _SERVERS.get(key)
-        if server is not None and server.process.poll() is not None:
-            logger.warning("the fork server (pid %d) had exited with %s; starting another", server.process.pid,
-                           server.process.returncode)  # fmt: skip
-            del _SERVERS[key]
-            server = None
+        server = _acquire(key, env)
         if server is None:
-            try:
-                server = _start_server({name: value for name, value in env.items() if name not in RUNTIME_ENV})
-            except ForkServerError as exc:
-                _REFUSED[key] = str(exc)
-                logger.warning("%s; each run starts a fresh interpreter instead", exc)
-                return None
-            _SERVERS[key] = server
-            _close_idle_servers(keep=server)
+            return None
         try:
             server.await_ready()
         except ForkServerError as exc:
-            del _SERVERS[key]
-            _REFUSED[key] = str(exc)
-            logger.warning("%s; each run starts a fresh interpreter instead", exc)
+            _refuse(key, exc)
             return None
-        server.in_flight += 1
     child = _request_child(server.address, module_args, log_path, env, server)
     if child is None:
         server.release()
@@ -335,6 +319,36 @@ def rank_child_env(imported_under: Mapping[str, str], rank_env: Mapping[str, str
     return {**imported_under, **own}
 
 
+def _acquire(key: tuple, env: Mapping[str, str]) -> _Server | None:
+    """The server for `key` (one that exited replaced; started now, without waiting for its imports, if there is
+    none), counted in flight; None when servers for `key` were refused (`_refuse`). Called under `_LOCK`."""
+    if key in _REFUSED:
+        return None
+    server = _SERVERS.get(key)
+    if server is not None and server.process.poll() is not None:
+        logger.warning("the fork server (pid %d) had exited with %s; starting another", server.process.pid,
+                       server.process.returncode)  # fmt: skip
+        del _SERVERS[key]
+        server = None
+    if server is None:
+        try:
+            server = _start_server({name: value for name, value in env.items() if name not in RUNTIME_ENV})
+        except ForkServerError as exc:
+            _refuse(key, exc)
+            return None
+        _SERVERS[key] = server
+        _close_idle_servers(keep=server)
+    server.in_flight += 1
+    return server
+
+
+def _refuse(key: tuple, exc: ForkServerError) -> None:
+    """No server for `key` from now on (said once): its runs start fresh interpreters. Called under `_LOCK`."""
+    _SERVERS.pop(key, None)
+    _REFUSED[key] = str(exc)
+    logger.warning("%s; each run starts a fresh interpreter instead", exc)
+
+
 @contextlib.contextmanager
 def offered_to_ranks(env: Mapping[str, str]) -> Iterator[None]:
     """Offer the ranks this process launches in this block a server for children of environment `env` (the server
@@ -342,21 +356,7 @@ def offered_to_ranks(env: Mapping[str, str]) -> Iterator[None]:
     environment, which the ranks inherit. The server stays for later launches, as any of this process's."""
     key = server_key(env)
     with _LOCK:
-        server = None if key in _REFUSED else _SERVERS.get(key)
-        if server is not None and server.process.poll() is not None:
-            del _SERVERS[key]
-            server = None
-        if server is None and key not in _REFUSED:
-            try:
-                server = _SERVERS[key] = _start_server(
-                    {name: value for name, value in env.items() if name not in RUNTIME_ENV}, wait=False
-                )
-                _close_idle_servers(keep=server)
-            except ForkServerError as exc:
-                _REFUSED[key] = str(exc)
-                logger.warning("%s; each rank's run starts a fresh interpreter instead", exc)
-        if server is not None:
-            server.in_flight += 1
+        server = _acquire(key, env)
     if server is None:
         yield
         return
@@ -371,12 +371,12 @@ def offered_to_ranks(env: Mapping[str, str]) -> Iterator[None]:
             try:
                 server.await_ready()  # what it could not import, or why it could not serve, is said once here
             except ForkServerError as exc:
-                _SERVERS.pop(key, None)
-                _REFUSED[key] = str(exc)
-                logger.warning("%s; each rank's run started a fresh interpreter instead", exc)
+                _refuse(key, exc)
 
 
-def _start_server(env: dict[str, str], wait: bool = True) -> _Server:
+def _start_server(env: dict[str, str]) -> _Server:
+    """Start a server importing under `env` (ForkServerError: it cannot be started); its ready line is read later
+    (`_Server.await_ready`)."""
     address = f"\0finetune-bench-forkserver-{os.getpid()}-{secrets.token_hex(8)}".encode()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -392,10 +392,7 @@ def _start_server(env: dict[str, str], wait: bool = True) -> _Server:
         )
     finally:
         listener.close()  # the server's copy listens
-    server = _Server(process, address)
-    if wait:
-        server.await_ready()
-    return server
+    return _Server(process, address)
 
 
 def _close_idle_servers(keep: _Server) -> None:
