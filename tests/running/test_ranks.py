@@ -4,6 +4,7 @@ launcher (the plain loop's DDP and FSDP2, the Trainer's DDP), a rank that fails,
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 
@@ -224,16 +225,22 @@ def _launch(tmp_path: Path, dataset_dir: Path, model_dir: Path, timeout_s: int =
     return output.result
 
 
-def _leftover_workers() -> list[str]:
-    """Command lines of training children still alive (none may outlive its run)."""
+def _leftover_workers(tmp_path: Path) -> list[str]:
+    """The processes of this test's run still alive (none may outlive its run): those whose command line names the
+    test's directory (a fresh interpreter's) or that hold a file under it open (a forked child holds its log).
+    Other tests' runs, in this process's sibling test workers, are not this test's."""
+    here = str(tmp_path)
     alive = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == os.getpid():
             continue
-        if "finetune_bench.running.worker" in text:
-            alive.append(text)
+        try:
+            text = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            held = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:  # gone, or not ours to read
+            continue
+        if here in text or any(path.startswith(here) for path in held):
+            alive.append(f"{proc.name}: {text}")
     return alive
 
 
@@ -258,7 +265,7 @@ def test_two_ranks_train_one_run_over_gloo(parallelism, backend, tmp_path, tiny_
     assert result.steps_file and Path(result.steps_file).exists()
     # each rank's child forked from the server the launching process (this one) offered the node's ranks
     assert result.details["child_started"] == "forked from the fork server"
-    assert _leftover_workers() == []
+    assert _leftover_workers(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -283,7 +290,7 @@ def test_each_stack_of_the_shoot_out_trains_on_two_ranks(arm, parallelism, tmp_p
     assert result.status == "ok", f"{result.reason}\n{result.error_tail}"
     assert [r.status for r in result.ranks] == ["ok", "ok"]
     assert result.metrics["tokens_per_second"] > 0
-    assert _leftover_workers() == []
+    assert _leftover_workers(tmp_path) == []
 
 
 def test_a_failing_rank_ends_the_run_as_its_failure_and_stops_the_other(
@@ -297,7 +304,7 @@ def test_a_failing_rank_ends_the_run_as_its_failure_and_stops_the_other(
     assert {r.rank: r.status for r in result.ranks}[1] == "oom"
     # rank 0 finished before rank 1's failure reached it, was stopped, or saw its peer go (a gloo error)
     assert {r.rank: r.status for r in result.ranks}[0] in ("ok", "stopped", "error")
-    assert _leftover_workers() == []
+    assert _leftover_workers(tmp_path) == []
 
 
 def test_a_hanging_rank_ends_the_run_as_a_timeout(tmp_path, tiny_dataset_dir, tiny_model_dir, monkeypatch):
@@ -305,4 +312,4 @@ def test_a_hanging_rank_ends_the_run_as_a_timeout(tmp_path, tiny_dataset_dir, ti
     result = _launch(tmp_path, tiny_dataset_dir, tiny_model_dir, timeout_s=30)
     assert result.status == "timeout", f"{result.reason}\n{result.error_tail}"
     assert "no result within the 30 s timeout" in result.reason
-    assert _leftover_workers() == []
+    assert _leftover_workers(tmp_path) == []
