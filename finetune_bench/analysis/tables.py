@@ -82,6 +82,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             dtype=result.details.get("dtype", ""),
             gpu_name=result.environment.get("gpu_name", ""),
             loss_path=result.loss_path,
+            # the releases of the software set's pinned packages the run imported (JSON; empty: the installed set)
+            imported_versions=result.details.get("imported_versions", ""),
             liger_patches=json.dumps(result.liger_patches, sort_keys=True) if result.liger_patches else "",
             wall_time_s=result.wall_time_s,
             # forked from the fork server (the imports done before the run) or a fresh interpreter

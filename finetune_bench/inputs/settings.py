@@ -44,6 +44,7 @@ from finetune_bench.inputs.rules import (
     setting,
 )
 from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
+from finetune_bench.sources import software
 
 
 class StrictFromJson:
@@ -259,6 +260,13 @@ class TrainingArgs(StrictFromJson):
     # gradient-sized buffer less; the plain loop only).
     ddp_bucket_cap_mb: int = positive(25)
     ddp_gradient_as_bucket_view: bool = False
+    # The package releases the run trains with: "" (the installed packages) or pins joined by commas,
+    # "liger-kernel==0.8.2" or "liger-kernel==0.8.2,transformers==5.17.0" (Python packages the project installs:
+    # liger-kernel, transformers, trl, peft, accelerate, torchao, cut-cross-entropy, datasets, tokenizers,
+    # safetensors, huggingface-hub; torch and triton stay the image's). Swept, it compares releases side by side.
+    # Locally each set is installed once by uv into a directory of its own that its runs import first; on a cluster
+    # each set has an image. See `finetune_bench.sources.software` and docs/releases.md.
+    software_set: str = setting("", software.check_syntax)
 
     @property
     def world_size(self) -> int:
@@ -346,6 +354,8 @@ class ExperimentArgs(StrictFromJson):
     model_config_overrides: list[str] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)
     allocator: list[str] = field(default_factory=list)
+    # Each a set of package pins ("liger-kernel==0.8.2"); "" is the installed packages.
+    software_set: list[str] = field(default_factory=list)
 
 
 def smoke_experiment() -> "ExperimentArgs":
@@ -424,6 +434,8 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
                 raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
             if name == "model_config_overrides":
                 check_overrides_sweep(f"experiment_args.{name}", values)
+            if name == "software_set":
+                software.check_sweep(f"experiment_args.{name}", values)
         for value in values if isinstance(values, list) else []:
             with problems.check():
                 check_setting(f"experiment_args.{name}", name, value)

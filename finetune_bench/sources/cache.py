@@ -51,7 +51,7 @@ def slug(name: str, params: dict) -> str:
 # here belongs in one of the lists: tests/sources/test_preparation.py checks that each is named.
 DATASET_PREPARATION = ("cache.py", "datasets.py", "formats.py", "synthetic.py")
 MODEL_PREPARATION = ("cache.py", "models.py", "synthetic.py")
-NOT_PREPARATION = ("__init__.py", "versions.py")
+NOT_PREPARATION = ("__init__.py", "versions.py", "software.py")
 
 
 def preparation_digest(modules: tuple[str, ...], extra: object = None, package: Path | None = None) -> str:
