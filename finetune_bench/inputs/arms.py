@@ -130,26 +130,38 @@ class Arm:
 
 
 @functools.cache
-def _liger_table() -> dict[str, dict[str, bool]]:
-    """Liger's table of patch functions: per model type, each on/off switch and its default.
+def _liger_table(root: str = "") -> dict[str, dict[str, bool]]:
+    """Liger's table of patch functions: per model type, each on/off switch and its default. `root`: the directory
+    a software set's liger-kernel is installed in (`sources.software.liger_root`; "": the installed one).
 
     Read from the source of `liger_kernel.transformers.monkey_patch` (its `MODEL_TYPE_TO_APPLY_LIGER_FN` and the
     functions it names), which importing would take seconds (torch, triton, every model of transformers) on a
     machine that only plans. Should Liger's source stop having that shape, the module is imported instead."""
     try:
-        return liger_table_from_source()
+        return liger_table_from_source(root)
     except Exception:  # a shape this reader does not know: ask Liger itself
+        if root:  # another release than this process imports: only its source can say
+            raise
         return liger_table_from_import()
 
 
-def liger_table_from_source() -> dict[str, dict[str, bool]]:
-    """Liger's table read from its source, without importing it (raises on a shape it does not know)."""
+def liger_table_from_source(root: str = "") -> dict[str, dict[str, bool]]:
+    """Liger's table read from its source (the installed release's, or the one under `root`), without importing it
+    (raises on a shape it does not know)."""
     import ast
+    import importlib.machinery
     import importlib.util
     from pathlib import Path
 
-    package = importlib.util.find_spec("liger_kernel")
-    tree = ast.parse((Path(package.origin).parent / "transformers" / "monkey_patch.py").read_text())
+    if root:
+        package = importlib.machinery.PathFinder.find_spec("liger_kernel", [root])
+        if package is None:
+            raise ModuleNotFoundError(f"no liger_kernel under {root}")
+    else:
+        package = importlib.util.find_spec("liger_kernel")
+    # (a release without an __init__.py is a namespace package: no origin, its directory a search location)
+    directory = Path(package.origin).parent if package.origin else Path(next(iter(package.submodule_search_locations)))
+    tree = ast.parse((directory / "transformers" / "monkey_patch.py").read_text())
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     (table,) = [
         node.value
@@ -185,21 +197,21 @@ def liger_table_from_import() -> dict[str, dict[str, bool]]:
     }
 
 
-def supported_model_types() -> list[str]:
-    """Model types Liger can patch, from Liger's own table."""
-    return sorted(_liger_table())
+def supported_model_types(root: str = "") -> list[str]:
+    """Model types Liger can patch, from Liger's own table (of the release under `root`: see `_liger_table`)."""
+    return sorted(_liger_table(root))
 
 
 @functools.cache
-def kernel_switches(model_type: str) -> tuple[str, ...]:
+def kernel_switches(model_type: str, root: str = "") -> tuple[str, ...]:
     """The on/off switches of Liger's patch function for `model_type`, read from Liger's own table."""
-    return tuple(_liger_table()[model_type])
+    return tuple(_liger_table(root)[model_type])
 
 
 @functools.cache
-def default_kernels(model_type: str) -> tuple[str, ...]:
+def default_kernels(model_type: str, root: str = "") -> tuple[str, ...]:
     """The kernels Liger's patch function for `model_type` switches on by default (the `liger` arm's)."""
-    return tuple(name for name, on in _liger_table()[model_type].items() if on)
+    return tuple(name for name, on in _liger_table(root)[model_type].items() if on)
 
 
 @functools.cache

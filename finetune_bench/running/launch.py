@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
 from finetune_bench.results.record import ERROR, OK, OOM, PREDICTED_OOM, STOPPED, TIMEOUT, RunResult, says_out_of_memory
@@ -45,6 +46,7 @@ from finetune_bench.running.worker import (
     STEPS_FILE,
     ChildOutcome,
 )
+from finetune_bench.sources import software
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ def child_env(run: PlannedRun, rank: int | None = None, quiet: bool = False) -> 
         )
     if _needs_triton_interpreter(run):
         env.update(INTERPRETER_ENV)
+    # the software set's releases first on the child's search path (and its fork server's: one server per set)
+    software.apply(env, run.training_args.software_set)
     return env
 
 
@@ -163,7 +167,12 @@ def run_child(
     condition_file.write_text(json.dumps(dataclasses.asdict(run.training_args), indent=2))
     worker_args = ["--condition", str(condition_file), "--dataset-dir", str(dataset_dir)]
     worker_args += ["--model-dir", str(model_dir), "--out", str(work_dir)]
-    env = child_env(run, rank)
+    try:
+        env = child_env(run, rank)
+    except SpecError as exc:  # its software set cannot be installed here (a machine that reaches no index)
+        result = not_launched(dataclasses.replace(run, refused=str(exc)))
+        result.details["child_started"] = "not started"
+        return result
     if rank is not None:  # a hung peer: the supervisors' timeouts end the run before any collective gives up
         env[COLLECTIVE_TIMEOUT_ENV] = f"{timeout_s + _COLLECTIVE_MARGIN_S:.0f}"
     # The child forks from a fork server (`running.forkserver`): one GPU's from this process's, a rank's from the

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.measuring.metrics import (
     ENERGY_UNAVAILABLE,
@@ -161,7 +162,12 @@ def node_fork_server(run: PlannedRun) -> Iterator[None]:
     if run.refused or run.predicted_oom or not forkserver.enabled():
         yield
         return
-    with forkserver.offered_to_ranks(child_env(run, quiet=True)):
+    try:
+        env = child_env(run, quiet=True)
+    except SpecError:  # a software set that cannot be installed here: each rank's run says so (`run_child`)
+        yield
+        return
+    with forkserver.offered_to_ranks(env):
         yield
 
 

@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_dtype,
     )
     from finetune_bench.running.liger_patching import LigerNotApplied
+    from finetune_bench.sources import software
 
     imports_s = time.monotonic() - main_at
     args = TrainingArgs(**json.loads(opts.condition.read_text()))
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     teardown_from: float | None = None
     try:
         check_allocator(args.allocator, os.environ)
+        if args.software_set:  # the releases the set names are the ones this process imports, else no run
+            outcome.details["imported_versions"] = json.dumps(software.check_imported(args.software_set))
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
             ranks.start_process_group(device, float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)))

@@ -174,7 +174,9 @@ def _install(pins: dict[str, str], target: Path) -> None:
             [*command, *(f"{n}=={v}" for n, v in pins.items())], capture_output=True, text=True, timeout=900
         )
     except FileNotFoundError:
-        raise SoftwareSetError("uv is not installed here (pip install uv): software sets are installed with it") from None
+        raise SoftwareSetError(
+            "uv is not installed here (pip install uv): software sets are installed with it"
+        ) from None
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         said = [line.removeprefix("cause:").strip() for line in lines if line.startswith(("cause:", "error:"))]
