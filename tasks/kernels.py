@@ -10,7 +10,12 @@ from flytekit import current_context, task
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.kernels.report import build_kernel_report, comparison
-from finetune_bench.kernels.settings import KernelBenchmarkSettings, kernels_not_benchmarked, kernels_to_run
+from finetune_bench.kernels.settings import (
+    KernelBenchmarkSettings,
+    check_software_sets_install,
+    kernels_not_benchmarked,
+    kernels_to_run,
+)
 from images import analysis_image, training_image
 from tasks.analysis import publish
 from tasks.plan import check_export_location, checked
@@ -29,7 +34,13 @@ def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
     """The kernels to run, and those Liger ships that have no case here; every problem of the sweep at once,
     before any GPU time is spent."""
     return KernelPlan(
-        checked(lambda: kernels_to_run(sweep), sweep.check, check_export_location), kernels_not_benchmarked()
+        checked(
+            lambda: kernels_to_run(sweep),
+            sweep.check,
+            check_export_location,
+            lambda: check_software_sets_install(sweep),
+        ),
+        kernels_not_benchmarked(),
     )
 
 

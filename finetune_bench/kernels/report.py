@@ -62,6 +62,9 @@ def comparison(rows: pd.DataFrame) -> pd.DataFrame:
         _role(kernel, provider) for kernel, provider in zip(ok["kernel_name"], ok["kernel_provider"], strict=True)
     ]
     keys = ["kernel_name", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_value"]
+    if "software_set" in ok:  # each set's kernels against the reference it ran beside
+        ok["software_set"] = ok["software_set"].fillna("")  # the installed set, read back from a CSV
+        keys.insert(1, "software_set")
     wide = ok.pivot_table(index=keys, columns="role", values="y_value_50", aggfunc="first").reset_index()
     wide.columns.name = None
     for role in (LIGER, "reference"):
@@ -111,6 +114,54 @@ def summary(compared: pd.DataFrame) -> pd.DataFrame:
 
 
 MATCH_KEYS = ["kernel_name", "kernel_operation_mode", "metric_name", "x_name", "x_value"]
+
+
+def releases(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each software set's Liger kernel against the first set's (the sweep's reference), per kernel, mode, metric
+    and x: both medians, the liger-kernel release each imported, and `speedup` (the reference set's time over this
+    set's: > 1 is faster) or `memory_ratio` (this set's peak over the reference set's: < 1 is leaner). Empty when
+    one set ran."""
+    if "software_set" not in rows or rows["software_set"].fillna("").nunique() < 2:
+        return pd.DataFrame()
+    rows = rows.assign(software_set=rows["software_set"].fillna(""))  # the installed set, read back from a CSV
+    ok = rows[(rows["status"] == OK) & rows["y_value_50"].notna()]
+    ok = ok[[_role(k, p) == LIGER for k, p in zip(ok["kernel_name"], ok["kernel_provider"], strict=True)]]
+    order = list(dict.fromkeys(rows["software_set"]))
+    reference = order[0]
+    keys = ["kernel_name", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_value"]
+    base = ok[ok["software_set"] == reference][[*keys, "y_value_50", "liger_version"]]
+    base = base.rename(columns={"y_value_50": "reference_set", "liger_version": "reference_liger_version"})
+    others = ok[ok["software_set"] != reference][[*keys, "software_set", "liger_version", "y_value_50"]]
+    paired = others.merge(base, on=keys, how="inner").rename(columns={"y_value_50": "this_set"})
+    speed = paired["metric_name"] == "speed"
+    paired["speedup"] = (paired["reference_set"] / paired["this_set"]).where(speed)
+    paired["memory_ratio"] = (paired["this_set"] / paired["reference_set"]).where(~speed)
+    paired.insert(0, "reference", reference or "installed packages")
+    paired["software_set"] = paired["software_set"].replace("", "installed packages")
+    return paired
+
+
+def releases_summary(paired: pd.DataFrame) -> pd.DataFrame:
+    """Per set and kernel, over the full pass at every size: the ranges of its speedup and memory ratio against the
+    reference set and the verdict (a tie within ±5 %)."""
+    if paired.empty:
+        return pd.DataFrame()
+    full = paired[paired["kernel_operation_mode"] == "full"]
+    rows = []
+    for (software_set, kernel), group in full.groupby(["software_set", "kernel_name"], sort=False):
+        speedup, memory = group["speedup"].dropna(), group["memory_ratio"].dropna()
+        rows.append(
+            {
+                "software set": software_set,
+                "against": group["reference"].iloc[0],
+                "kernel": kernel,
+                "liger-kernel": f"{group['liger_version'].iloc[0]} vs {group['reference_liger_version'].iloc[0]}",
+                "speedup (full pass)": _span(speedup),
+                "memory ratio (full pass)": _span(memory),
+                "the set's kernel is": _verdict(speedup, memory),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _version_order(versions: pd.Series) -> pd.Series:
@@ -278,6 +329,18 @@ def build_kernel_report(
             "<p>Per kernel, Liger's full pass (forward and backward) against the reference at every size: speedup "
             "is the reference's time over Liger's (&gt; 1: Liger is faster), memory ratio Liger's peak over the "
             "reference's (&lt; 1: Liger needs less). Within ±5 % is a tie.</p>" + table_html(table)
+        )
+    paired = releases(rows)
+    if not paired.empty:
+        overview.append(
+            "<p>Per software set, its Liger kernel's full pass against the same kernel of the first set (the "
+            "reference): speedup is the reference set's time over this set's (&gt; 1: this set's release is "
+            "faster), memory ratio this set's peak over the reference set's. Within ±5 % is a tie.</p>"
+            + table_html(releases_summary(paired))
+        )
+        sections["Releases"] = (
+            "<p>Every point of each set's Liger kernel beside the reference set's (medians; the release each "
+            "imported in <code>liger_version</code>).</p>" + table_html(paired.round(4))
         )
     if not_benchmarked:
         overview.append(

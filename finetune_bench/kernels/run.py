@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from finetune_bench.kernels.settings import KernelBenchmarkSettings, providers
+from finetune_bench.kernels.settings import KernelBenchmarkSettings, providers, software_sets
 from finetune_bench.kernels.worker import ROWS_FILE, point_rows, settings_json
 from finetune_bench.results.record import ERROR, TIMEOUT
 from finetune_bench.results.store import hardware_fingerprint
 from finetune_bench.running.device_lock import device_lock
 from finetune_bench.running.launch import LOG_FILE, isolated_env, run_isolated
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
+from finetune_bench.sources import software
 
 TAIL_LINES = 20
 
@@ -31,8 +32,18 @@ def needs_interpreter(device: str) -> bool:
 
 
 def run_kernel_in_child(settings: KernelBenchmarkSettings, kernel: str, work_dir: Path) -> pd.DataFrame:
-    """Every point of `kernel`'s sweep, measured in a child process under `work_dir`."""
-    work_dir = Path(work_dir)
+    """Every point of `kernel`'s sweep under each software set of `settings`, each set's in a child process of its
+    own under `work_dir` (its rows' `software_set` names it)."""
+    tables = []
+    for index, text in enumerate(software_sets(settings)):
+        rows = _run_one_set(settings, kernel, Path(work_dir) / f"set-{index}", text)
+        tables.append(rows.assign(software_set=text))
+    return pd.concat(tables, ignore_index=True)
+
+
+def _run_one_set(settings: KernelBenchmarkSettings, kernel: str, work_dir: Path, software_set: str) -> pd.DataFrame:
+    """Every point of `kernel`'s sweep, measured in a child process under `work_dir` that imports the releases of
+    `software_set`."""
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / ROWS_FILE).unlink(missing_ok=True)
     settings_file = work_dir / "settings.json"
@@ -40,6 +51,7 @@ def run_kernel_in_child(settings: KernelBenchmarkSettings, kernel: str, work_dir
     env = isolated_env()
     if needs_interpreter(settings.device):
         env.update(INTERPRETER_ENV)
+    software.apply(env, software_set)
     command = [sys.executable, "-m", "finetune_bench.kernels.worker", "--settings", str(settings_file)]
     command += ["--kernel", kernel, "--out", str(work_dir)]
     with device_lock(hardware_fingerprint()):

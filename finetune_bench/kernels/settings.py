@@ -12,6 +12,7 @@ from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_con
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.rules import check_fields, choice, is_integer, list_of, requirement, setting
 from finetune_bench.inputs.settings import StrictFromJson
+from finetune_bench.sources import software
 
 # The kernels benchmarked here, named as Liger's benchmark scripts name them (`kernel_name` in their data), each
 # with its x axis: `T`, tokens of one sequence (batch 1), or `BT`, rows of a flattened batch.
@@ -94,6 +95,36 @@ def _known_modes(key: str, modes: list[str]) -> None:
     unknown = [mode for mode in modes or [None] if mode not in MODES]
     if unknown:
         raise SpecError(*(f"{key}: {mode!r} is not a mode; known: {list(MODES)}" for mode in unknown))
+
+
+def _software_sets(key: str, sets: list[str]) -> None:
+    """Each set parses, and no two spell the same set (whether their releases exist is checked at planning)."""
+    problems = Problems()
+    for text in sets:
+        with problems.check():
+            software.check_syntax(key, text)
+    with problems.check():
+        software.check_sweep(key, sets)
+    problems.raise_if_any()
+
+
+def software_sets(settings: "KernelBenchmarkSettings") -> list[str]:
+    """The sets each kernel runs under, in order: the installed packages when none is named."""
+    return list(settings.software_sets) or [software.INSTALLED]
+
+
+def check_software_sets_install(settings: "KernelBenchmarkSettings") -> None:
+    """Each named set installs here and holds together with the installed packages (`software.check`), every
+    problem at once; a set whose spelling is refused is left to the settings' own check."""
+    problems = Problems()
+    for text in settings.software_sets:
+        try:
+            software.parse(text)
+        except SpecError:
+            continue
+        with problems.check():
+            software.check(text, "sweep.software_sets")
+    problems.raise_if_any()
 
 
 def _readable_source(key: str, source: str) -> None:
@@ -210,6 +241,11 @@ class KernelBenchmarkSettings(StrictFromJson):
     # scripts write when run on your GPU), local path or URL: the report sets each measured point beside the
     # row with the same kernel, provider, mode, metric and x value ("": no comparison).
     compare_with: str = setting("", _readable_source)
+    # Liger releases (and other package releases) side by side: each a software set, package pins such as
+    # "liger-kernel==0.8.2" ("" is the installed packages; see `finetune_bench.sources.software`). Every kernel's
+    # sweep runs once per set, in a child that imports the set's releases; the report compares each set's Liger
+    # kernel with the first set's. Empty: the installed packages only.
+    software_sets: list[str] = setting([], list_of(str, "software sets", "'', liger-kernel==0.8.2"), _software_sets)
 
 
 def providers(kernel: str, compile_reference: bool) -> list[str]:

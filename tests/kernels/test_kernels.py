@@ -3,6 +3,7 @@ whatever happens, the comparison and report read the rows right, and the workflo
 
 Liger's kernels run in the Triton interpreter here, at tiny-llama's shapes: the times mean nothing."""
 
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -14,11 +15,19 @@ import pandas as pd
 import pytest
 
 from finetune_bench.inputs.errors import SpecError
-from finetune_bench.kernels.report import against_published, build_kernel_report, comparison, summary
+from finetune_bench.kernels.report import (
+    against_published,
+    build_kernel_report,
+    comparison,
+    releases,
+    releases_summary,
+    summary,
+)
 from finetune_bench.kernels.run import run_kernel_in_child
 from finetune_bench.kernels.settings import (
     KERNELS,
     KernelBenchmarkSettings,
+    check_software_sets_install,
     kernels_not_benchmarked,
     kernels_to_run,
     liger_kernels_shipped,
@@ -233,3 +242,47 @@ def test_liger_s_older_provider_names_model_sweeps_and_versions_are_read_right()
     matched = against_published(ours, pd.concat([renamed, models], ignore_index=True))
     assert set(matched["published_liger_version"]) == {"0.6.0"}  # the newest where both measured a point
     assert matched["speedup_published"].notna().sum() == 8 and (matched["liger_ours_over_published"] == 1).all()
+
+
+def test_each_software_set_runs_the_sweep_in_a_child_that_imports_its_release(tmp_path, monkeypatch):
+    from finetune_bench.sources import software
+
+    monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    software.prepare.cache_clear()
+    sweep = tiny(kernels=["rms_norm"], tokens=[8], modes=["full"], software_sets=["", "liger-kernel==0.8.2"])
+    rows = run_kernel_in_child(sweep, "rms_norm", tmp_path / "run")
+    software.prepare.cache_clear()
+    assert (rows["status"] == "ok").all()
+    versions = rows.groupby("software_set")["liger_version"].unique().to_dict()
+    assert {name: list(found) for name, found in versions.items()} == {
+        "": [importlib.metadata.version("liger-kernel")],
+        "liger-kernel==0.8.2": ["0.8.2"],
+    }
+
+
+def test_a_set_that_does_not_install_is_refused_when_the_sweep_is_planned():
+    sweep = tiny(software_sets=["liger-kernel==9.9.9"])
+    with pytest.raises(SpecError, match=r"sweep.software_sets 'liger-kernel==9.9.9': uv could not install"):
+        check_software_sets_install(sweep)
+    with pytest.raises(SpecError, match="is not a pin"):
+        KernelBenchmarkSettings.from_mapping({"software_sets": ["liger-kernel=0.8"]})
+
+
+def test_each_set_s_liger_kernel_is_compared_with_the_reference_set_s():
+    older = _gpu_rows().assign(software_set="liger-kernel==0.8.2", liger_version="0.8.2")
+    newer = _gpu_rows().assign(software_set="", liger_version="0.8.5")
+    liger = newer["kernel_provider"] == "liger"
+    speed = newer["metric_name"] == "speed"
+    newer.loc[liger & speed, "y_value_50"] /= 2  # the installed release's Liger kernels twice as fast
+    rows = pd.concat([older, newer], ignore_index=True)  # the older set first: it is the reference
+    paired = releases(rows)
+    full_speed = paired[(paired["kernel_operation_mode"] == "full") & (paired["metric_name"] == "speed")]
+    assert set(full_speed["software_set"]) == {"installed packages"}
+    assert set(full_speed["reference"]) == {"liger-kernel==0.8.2"}
+    assert full_speed["speedup"].tolist() == [2.0] * 4  # two kernels at two sizes
+    table = releases_summary(paired).set_index("kernel")
+    assert table.loc["rms_norm", "the set's kernel is"] == "faster, about as lean"
+    assert table.loc["rms_norm", "liger-kernel"] == "0.8.5 vs 0.8.2"
+    report = build_kernel_report(rows, "llama-3-8b")
+    assert "Releases" in report.sections and "0.8.5 vs 0.8.2" in report.sections["Summary"]
+    assert releases(newer).empty  # one set: nothing to compare
