@@ -1,7 +1,7 @@
 """The benchmark report: one page whose sections are also the Deck's tabs, each rendered by its module under
 `reporting.benchmark_tabs`. Summary (the answer: how much faster, how much leaner, how sure, what fits, is it still
-correct, what to run), then the evidence: stacks, throughput, memory, speedup and MFU, loss curves, step times,
-scaling, the profile, every condition with its status and error, and every run."""
+correct, what to run), then the evidence: stacks, software versions, throughput, memory, speedup and MFU, loss
+curves, step times, scaling, the profile, every condition with its status and error, and every run."""
 
 from collections.abc import Callable
 
@@ -18,6 +18,7 @@ from finetune_bench.reporting.benchmark_tabs.stacks import stacks_tab
 from finetune_bench.reporting.benchmark_tabs.step_times import step_times_tab
 from finetune_bench.reporting.benchmark_tabs.summary import CPU_WARNING, headline, summary_tab
 from finetune_bench.reporting.benchmark_tabs.throughput import throughput_tab
+from finetune_bench.reporting.benchmark_tabs.versions import versions_tab
 from finetune_bench.reporting.html import Report
 
 # What the frontier's report takes from here, besides the page itself.
@@ -26,6 +27,7 @@ __all__ = ["CPU_WARNING", "ENVIRONMENT_KEYS", "TABS", "grid_report"]
 # The tabs after the Summary, in order; a renderer that returns None leaves its tab out.
 TABS: tuple[tuple[str, Callable[[GridAnalysis], str | None]], ...] = (
     ("Stacks", stacks_tab),
+    ("Versions", versions_tab),
     ("Throughput", throughput_tab),
     ("Memory", memory_tab),
     ("Speedup", speedup_tab),

@@ -1,10 +1,12 @@
 """The Summary tab: what was measured, then the answer: what was not kept, the runs' statuses, one verdict per
-arm, how sure, what fits, what to run, whether the loss still matches, and the environment."""
+arm (and, where the grid swept the software set, the set to run per arm), how sure, what fits, what to run, whether
+the loss still matches, and the environment."""
 
 import html
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
+from finetune_bench.analysis.versions import sweeps_software, versions_table, versions_verdicts
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
 from finetune_bench.reporting.benchmark_tabs.environment import environment_html
 from finetune_bench.reporting.benchmark_tabs.how_sure import how_sure_html
@@ -42,6 +44,14 @@ def headline(a: GridAnalysis) -> list[str]:
     return [first, *a.verdicts]
 
 
+def versions_lines(a: GridAnalysis) -> list[str]:
+    """Per arm, the software set to run, or that none differs beyond the noise (`analysis.versions`); none where the
+    grid did not sweep the set."""
+    if not sweeps_software(a.swept) or a.table.empty:
+        return []
+    return versions_verdicts(versions_table(a.table, a.swept, a.alpha, a.steps), a.swept, a.alpha)
+
+
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
     """What was measured, then the answer: what was not kept, the runs' statuses, one verdict per arm, how sure,
     what fits, what to run, whether the loss still matches, and the environment."""
@@ -73,6 +83,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
+    overview.extend(f'<p class="verdict">{html.escape(line)} (see Versions)</p>' for line in versions_lines(a))
     overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)
     overview.extend(
         f'<p class="verdict">{html.escape(line)} (Memory: which phase sets the peak)</p>' for line in a.hidden_savings
