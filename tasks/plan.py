@@ -27,6 +27,7 @@ from finetune_bench.prediction.grid import (
     with_predictions,
 )
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
+from finetune_bench.sources import software
 from finetune_bench.sources.cache import cache_root, cache_root_key, default_results_store
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
@@ -83,7 +84,9 @@ def plan_benchmark(
     )
     prediction = PredictionTarget(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom)
     runs = checked(
-        lambda: plan_runs(experiment_args, training_args, n_runs),
+        lambda: software.checked_runs(
+            plan_runs(experiment_args, training_args, n_runs), bool(experiment_args.software_set)
+        ),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),

@@ -19,8 +19,8 @@ from finetune_bench.analysis.numbers import number_text
 from finetune_bench.analysis.parity import DIFFERS, DIVERGED, LOSS_ATOL, LOSS_RTOL, MATCH, NO_OVERLAP, loss_parity
 from finetune_bench.analysis.stats import METRICS, MIN_PAIRS_FOR_CI, paired_comparison
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
+from finetune_bench.inputs.software_sets import INSTALLED, parse
 from finetune_bench.results.record import OK
-from finetune_bench.sources.software import INSTALLED, parse
 
 SOFTWARE_SET = "software_set"
 # How the installed packages' set ("") is written in a table or a sentence.

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from finetune_bench.inputs import catalog
+from finetune_bench.inputs import catalog, software_sets
 from finetune_bench.inputs.arms import ArmError, parse_arm
 from finetune_bench.inputs.catalog import (
     ALLOCATORS,
@@ -44,7 +44,6 @@ from finetune_bench.inputs.rules import (
     setting,
 )
 from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
-from finetune_bench.sources import software
 
 
 class StrictFromJson:
@@ -266,7 +265,7 @@ class TrainingArgs(StrictFromJson):
     # safetensors, huggingface-hub; torch and triton stay the image's). Swept, it compares releases side by side.
     # Locally each set is installed once by uv into a directory of its own that its runs import first; on a cluster
     # each set has an image. See `finetune_bench.sources.software` and docs/releases.md.
-    software_set: str = setting("", software.check_syntax)
+    software_set: str = setting("", software_sets.check_syntax)
 
     @property
     def world_size(self) -> int:
@@ -435,7 +434,7 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
             if name == "model_config_overrides":
                 check_overrides_sweep(f"experiment_args.{name}", values)
             if name == "software_set":
-                software.check_sweep(f"experiment_args.{name}", values)
+                software_sets.check_sweep(f"experiment_args.{name}", values)
         for value in values if isinstance(values, list) else []:
             with problems.check():
                 check_setting(f"experiment_args.{name}", name, value)

@@ -38,7 +38,6 @@ from finetune_bench.inputs.settings import (
     validate_experiment_args,
     validate_training_args,
 )
-from finetune_bench.sources import software
 
 # More runs than this in one grid is a mistake in the inputs (days of GPU time), refused before it is expanded.
 MAX_RUNS = 10_000
@@ -184,10 +183,6 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
         ),
         lambda: _check_model_shape(t, where),
         lambda: _check_generated_data(t, where),
-        # said once for the grid (the same set in every condition it is in)
-        lambda: software.check(
-            t.software_set, f"{'experiment_args' if 'software_set' in swept else 'training_args'}.software_set"
-        ),
         lambda: _check_liger(t, arm, where),
         lambda: _check_cut_cross_entropy(t, arm, where),
         lambda: _check_float8(t, arm, where),
@@ -283,30 +278,18 @@ def _check_liger(t: TrainingArgs, arm: Arm, where: str) -> None:
             f"arm {arm.name!r} with criterion {t.criterion!r}{where}: the loss is computed outside the "
             "model, so this Liger loss kernel would never run; use criterion 'model'"
         )
-    try:  # the release the condition's software set runs (a set that cannot be prepared is refused on its own)
-        root = software.liger_root(t.software_set)
-    except SpecError:
-        return
-    liger = f"liger-kernel {software.prepare(t.software_set).pins['liger-kernel']}" if root else "Liger"
     kind = model_type(t.model_name)
-    try:
-        supported_model_types(root)
-    except Exception as exc:  # a release older than the shape of Liger's table this project reads
-        raise SpecError(
-            f"arm {arm.name!r}{where}: {liger}'s table of patch functions cannot be read ({type(exc).__name__}: "
-            f"{exc}); pin liger-kernel 0.2.0 or newer"
-        ) from None
-    if kind is not None and kind not in supported_model_types(root):
+    if kind is not None and kind not in supported_model_types():
         raise ConditionRefused(
-            f"arm {arm.name!r}: {liger} has no kernels for model type {kind!r} (training_args.model_name "
-            f"{t.model_name!r}){where}; it patches {supported_model_types(root)}. "
+            f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
+            f"{t.model_name!r}){where}; Liger patches {supported_model_types()}. "
             "This condition is not run; the others are."
         )
-    missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind, root)]
+    missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind)]
     if missing:
         raise ConditionRefused(
-            f"arm {arm.name!r}: {liger} has no {' / '.join(map(repr, missing))} kernel for model type "
-            f"{kind!r}{where}; it has {list(kernel_switches(kind, root))}"
+            f"arm {arm.name!r}: Liger has no {' / '.join(map(repr, missing))} kernel for model type "
+            f"{kind!r}{where}; it has {list(kernel_switches(kind))}"
         )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finetune_bench.inputs import software_sets as set_spelling
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.rules import check_fields, choice, is_integer, list_of, requirement, setting
@@ -102,15 +103,15 @@ def _software_sets(key: str, sets: list[str]) -> None:
     problems = Problems()
     for text in sets:
         with problems.check():
-            software.check_syntax(key, text)
+            set_spelling.check_syntax(key, text)
     with problems.check():
-        software.check_sweep(key, sets)
+        set_spelling.check_sweep(key, sets)
     problems.raise_if_any()
 
 
 def software_sets(settings: "KernelBenchmarkSettings") -> list[str]:
     """The sets each kernel runs under, in order: the installed packages when none is named."""
-    return list(settings.software_sets) or [software.INSTALLED]
+    return list(settings.software_sets) or [set_spelling.INSTALLED]
 
 
 def check_software_sets_install(settings: "KernelBenchmarkSettings") -> None:
@@ -119,7 +120,7 @@ def check_software_sets_install(settings: "KernelBenchmarkSettings") -> None:
     problems = Problems()
     for text in settings.software_sets:
         try:
-            software.parse(text)
+            set_spelling.parse(text)
         except SpecError:
             continue
         with problems.check():

@@ -26,10 +26,10 @@ import fsspec
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import redact
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.inputs.software_sets import parse as software_pins
 from finetune_bench.measuring.gpu import driver_version, gpu_names
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
 from finetune_bench.results.record import NONFINITE, OK, OOM, RankSummary, RunResult
-from finetune_bench.sources import software
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def run_identity(run: PlannedRun, hardware: str, sources: dict[str, str] | None 
         "run_number": run.run_number,
         "hardware": hardware,
         # the installed releases, those of the run's software set in their place (a run imports them or fails)
-        "software": {**software_versions(), **software.parse(run.training_args.software_set)},
+        "software": {**software_versions(), **software_pins(run.training_args.software_set)},
         "source": source_digest(),
     }
 

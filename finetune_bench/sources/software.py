@@ -33,104 +33,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs.catalog import model_type
+from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
+from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.software_sets import parse
 from finetune_bench.sources.cache import build_into, cache_root, slug
-
-# The installed packages: what a run imports when its set pins nothing.
-INSTALLED = ""
-# The packages a set can pin: the project installs them and their code runs on any build of torch.
-PINNABLE = (
-    "liger-kernel",
-    "transformers",
-    "trl",
-    "peft",
-    "accelerate",
-    "torchao",
-    "cut-cross-entropy",
-    "datasets",
-    "tokenizers",
-    "safetensors",
-    "huggingface-hub",
-)
-# The packages that stay the image's, and why.
-IMAGE_BOUND = ("torch", "triton", "bitsandbytes")
-IMAGE_BOUND_PREFIXES = ("nvidia-", "cuda-")
-_IMAGE_BOUND_WHY = (
-    "its build is made for the GPU's driver and for torch's CUDA version, so it stays the image's: compare its "
-    "releases with an image each (docs/releases.md)"
-)
-# A pin: a distribution name and an exact version.
-_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s,=]+)\s*$")
-# The version of the code that builds an overlay (kept in its completion marker: a change builds it anew).
-_BUILD_VERSION = "uv --target --no-deps, 1"
-# What a run's child reads to find an overlay: Python's own search path.
-PATH_ENV = "PYTHONPATH"
 
 
 class SoftwareSetError(SpecError):
     """A software set that cannot be prepared or does not hold together; the message names the set and why."""
 
 
-def parse(text: str, key: str = "training_args.software_set") -> dict[str, str]:
-    """The set's pins, by canonical package name in name order (`{}` for the installed set); every problem of
-    `text` in one SpecError naming `key`."""
-    if not isinstance(text, str):
-        raise SpecError(f"{key} must be a string of pins such as 'liger-kernel==0.8.2', got {text!r}")
-    if not text.strip():
-        return {}
-    pins: dict[str, str] = {}
-    problems = []
-    for item in text.split(","):
-        match = _PIN.match(item)
-        if not match:
-            problems.append(
-                f"{key} {text!r}: {item.strip()!r} is not a pin; write package==version, e.g. 'liger-kernel==0.8.2' "
-                "(pins joined by commas; '' is the installed packages)"
-            )
-            continue
-        name, version = canonicalize_name(match.group(1)), match.group(2)
-        if name in IMAGE_BOUND or name.startswith(IMAGE_BOUND_PREFIXES):
-            problems.append(f"{key} {text!r}: {name} cannot be pinned in a set: {_IMAGE_BOUND_WHY}")
-        elif name not in PINNABLE:
-            problems.append(f"{key} {text!r}: {name} is not a package a set can pin; it can pin {', '.join(PINNABLE)}")
-        try:
-            Version(version)
-        except InvalidVersion:
-            problems.append(f"{key} {text!r}: {version!r} is not a version of {name} (PEP 440, e.g. 0.8.2)")
-        if name in pins:
-            problems.append(f"{key} {text!r}: pins {name} twice")
-        pins[name] = version
-    if problems:
-        raise SpecError(*problems)
-    return dict(sorted(pins.items()))
-
-
-def canonical(text: str) -> str:
-    """The set as one spelling (canonical names, name order, no spaces): two spellings of a set are one set."""
-    return ",".join(f"{name}=={version}" for name, version in parse(text).items())
-
-
-def check_syntax(key: str, value: object) -> None:
-    """The setting's own rule: a set that parses (whether its releases exist is checked at planning: `check`)."""
-    parse(value, key)  # type: ignore[arg-type]
-
-
-def check_sweep(key: str, values: list) -> None:
-    """A sweep whose every value is another set: two spellings of one set would train it twice."""
-    seen: dict[str, str] = {}
-    problems = []
-    for value in values:
-        try:
-            same = canonical(value)
-        except SpecError:  # refused on its own
-            continue
-        if same in seen:
-            problems.append(f"{key}: {seen[same]!r} and {value!r} are the same set; keep one")
-        seen.setdefault(same, value)
-    if problems:
-        raise SpecError(*problems)
+# The version of the code that builds an overlay (kept in its completion marker: a change builds it anew).
+_BUILD_VERSION = "uv --target --no-deps, 1"
+# What a run's child reads to find an overlay: Python's own search path.
+PATH_ENV = "PYTHONPATH"
 
 
 def installed_version(name: str) -> str | None:
@@ -263,3 +183,60 @@ def check_imported(text: str) -> dict[str, str]:
     if wrong:
         raise RuntimeError(f"software set {text!r}: the run asks for {'; '.join(wrong)} (search path {sys.path[:3]})")
     return {name: str(version) for name, version in found.items()}
+
+
+def checked_runs(runs: list[PlannedRun], swept: bool) -> list[PlannedRun]:
+    """`runs` (planned) once every software set among them is ready here: each set installed and holding together
+    with the installed packages, every problem of every set in one SpecError (`swept`: the set is an axis, and the
+    messages name `experiment_args`); a run whose set's liger-kernel lacks what its arm needs (a kernel, a model
+    type) is refused with why."""
+    key = f"{'experiment_args' if swept else 'training_args'}.software_set"
+    problems = Problems()
+    ready = set()
+    for text in dict.fromkeys(run.training_args.software_set for run in runs):
+        with problems.check():
+            check(text, key)
+            ready.add(text)
+    problems.raise_if_any()
+    for run in runs:
+        if not run.refused and run.training_args.software_set in ready:
+            with problems.check():
+                try:
+                    _check_release_has_what_the_arm_needs(run)
+                except ConditionRefused as refusal:
+                    run.refused = str(refusal)
+    problems.raise_if_any()
+    return runs
+
+
+def _check_release_has_what_the_arm_needs(run: PlannedRun) -> None:
+    """Liger's kernels and model types as the set's own release has them (read from its source), for a run whose set
+    pins liger-kernel."""
+    from finetune_bench.inputs.arms import kernel_switches, supported_model_types
+
+    t, arm = run.training_args, parse_arm(run.training_args.arm)
+    root = liger_root(t.software_set)
+    if not arm.liger or not root:
+        return
+    liger = f"liger-kernel {prepare(t.software_set).pins['liger-kernel']}"
+    where = f" (condition {run.condition_id})"
+    try:
+        supported = supported_model_types(root)
+    except Exception as exc:  # a release older than the shape of Liger's table this project reads
+        raise SpecError(
+            f"arm {arm.name!r}{where}: {liger}'s table of patch functions cannot be read ({type(exc).__name__}: "
+            f"{exc}); pin liger-kernel 0.2.0 or newer"
+        ) from None
+    kind = model_type(t.model_name)
+    if kind is None:
+        return
+    if kind not in supported:
+        raise ConditionRefused(
+            f"arm {arm.name!r}: {liger} has no kernels for model type {kind!r}{where}; it patches {supported}"
+        )
+    missing = [k for k in arm.liger_kernels if k not in kernel_switches(kind, root)]
+    if missing:
+        raise ConditionRefused(
+            f"arm {arm.name!r}: {liger} has no {' / '.join(map(repr, missing))} kernel for model type {kind!r}"
+            f"{where}; it has {list(kernel_switches(kind, root))}"
+        )

@@ -8,11 +8,10 @@ import json
 
 import pytest
 
-from finetune_bench.inputs.arms import parse_arm
+from finetune_bench.inputs import software_sets
 from finetune_bench.inputs.errors import ConditionRefused, SpecError
 from finetune_bench.inputs.plan import PlannedRun, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
-from finetune_bench.inputs.validation import _check_liger
 from finetune_bench.results.store import run_identity
 from finetune_bench.running import forkserver
 from finetune_bench.running.launch import run_in_child
@@ -48,7 +47,7 @@ def test_every_problem_of_a_set_is_named_at_once():
 
 
 def test_two_spellings_of_one_set_are_one_set():
-    assert software.canonical(" trl==1.16.0 , Liger_Kernel==0.8.2") == "liger-kernel==0.8.2,trl==1.16.0"
+    assert software_sets.canonical(" trl==1.16.0 , Liger_Kernel==0.8.2") == "liger-kernel==0.8.2,trl==1.16.0"
     with pytest.raises(SpecError, match="'liger-kernel==0.8.2' and 'liger_kernel == 0.8.2' are the same set"):
         ExperimentArgs.from_mapping({"software_set": ["liger-kernel==0.8.2", "liger_kernel == 0.8.2", ""]})
 
@@ -64,9 +63,8 @@ def test_a_pin_of_the_installed_release_needs_no_overlay(own_cache):
 
 def test_planning_refuses_a_release_that_does_not_exist_in_one_line(own_cache):
     with pytest.raises(SpecError) as caught:
-        plan_runs(
-            ExperimentArgs(arm=["liger", "baseline"], software_set=["", "liger-kernel==9.9.9"]), TrainingArgs(), 1
-        )
+        grid = ExperimentArgs(arm=["liger", "baseline"], software_set=["", "liger-kernel==9.9.9"])
+        software.checked_runs(plan_runs(grid, TrainingArgs(), 1), swept=True)
     (problem,) = caught.value.problems  # said once for the grid, not once per condition
     assert problem.startswith("experiment_args.software_set 'liger-kernel==9.9.9': uv could not install")
     assert "no version of liger-kernel==9.9.9" in problem
@@ -76,7 +74,7 @@ def test_planning_refuses_a_release_that_does_not_exist_in_one_line(own_cache):
 def test_planning_refuses_a_set_at_odds_with_the_installed_packages(own_cache):
     """liger-kernel 0.6.0 installs, but the project needs 0.8 or newer: pip's own check says so, one line a problem."""
     with pytest.raises(SpecError) as caught:
-        plan_runs(ExperimentArgs(software_set=["liger-kernel==0.6.0"]), TrainingArgs(), 1)
+        software.checked_runs(plan_runs(ExperimentArgs(software_set=["liger-kernel==0.6.0"]), TrainingArgs(), 1), True)
     assert caught.value.problems == [
         "experiment_args.software_set 'liger-kernel==0.6.0' does not hold together with the installed packages: "
         "finetune-bench 0.1.0 has requirement liger-kernel>=0.8, but you have liger-kernel 0.6.0."
@@ -85,11 +83,15 @@ def test_planning_refuses_a_set_at_odds_with_the_installed_packages(own_cache):
 
 def test_a_kernel_the_pinned_release_lacks_is_refused_with_why(own_cache):
     """Liger 0.2.0 had no fused linear cross entropy for Gemma 2: what an arm needs is read from the release's own
-    source."""
-    t = TrainingArgs(model_name="random:tiny-gemma2", software_set="liger-kernel==0.2.0")
+    source, and only that condition is refused."""
+    t = TrainingArgs(model_name="random:tiny-gemma2", arm="liger:fused_linear_cross_entropy")
+    runs = [PlannedRun(f"s={s}", 0, dataclasses.replace(t, software_set=s), []) for s in ("liger-kernel==0.2.0", "")]
+    software.conflicts.cache_clear()
+    software.prepare("liger-kernel==0.2.0")
+    # (0.2.0 is also at odds with the project's liger-kernel>=0.8: the refusal of the kernel is checked alone here)
+    software._check_release_has_what_the_arm_needs(runs[1])
     with pytest.raises(ConditionRefused, match=r"liger-kernel 0.2.0 has no 'fused_linear_cross_entropy' kernel for "):
-        _check_liger(t, parse_arm("liger:fused_linear_cross_entropy"), "")
-    _check_liger(dataclasses.replace(t, software_set=""), parse_arm("liger:fused_linear_cross_entropy"), "")
+        software._check_release_has_what_the_arm_needs(runs[0])
 
 
 def test_a_run_s_store_identity_holds_its_set_s_releases():
