@@ -159,6 +159,8 @@ def analyze_results(
     }
     if not analysis.profile.empty:
         tables["profile"] = analysis.profile
+    if not analysis.versions.empty:  # software sets: each against the reference set
+        tables["versions"] = analysis.versions
     if not analysis.scaling.empty:  # runs on several GPUs
         tables["scaling"] = analysis.scaling
         tables["ranks"] = analysis.ranks

@@ -33,6 +33,7 @@ from finetune_bench.analysis.tables import (
 )
 from finetune_bench.analysis.timeline import condition_timeline, with_timeline_remainder
 from finetune_bench.analysis.verdicts import verdicts
+from finetune_bench.analysis.versions import sweeps_software, versions_table, versions_verdicts
 from finetune_bench.inputs.plan import PlannedRun, not_launched
 from finetune_bench.measuring.metrics import GIB
 from finetune_bench.results.record import OK, RunResult
@@ -113,6 +114,10 @@ class GridAnalysis:
     # How many runs were reused from the results store, measured when and on what ("" when every run was measured
     # by this execution).
     reuse_note: str = ""
+    # A grid that sweeps `software_set`: each set against the reference set per arm and point of the other axes
+    # (`analysis.versions.versions_table`), and per arm the set to run, a sentence each; empty otherwise.
+    versions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    version_verdicts: list[str] = field(default_factory=list)
 
 
 def analyze_table(
@@ -141,6 +146,7 @@ def analyze_table(
     paired = paired_comparison(table, swept, alpha)
     stacks = stacks_table(paired, table, swept)
     peaks = phase_peaks(table, swept)
+    versions = versions_table(table, swept, alpha, steps) if sweeps_software(swept) else pd.DataFrame()
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -174,6 +180,8 @@ def analyze_table(
         phase_peaks=peaks,
         hidden_savings=hidden_savings(peaks, swept),
         reuse_note=reuse_note(table),
+        versions=versions,
+        version_verdicts=versions_verdicts(versions, swept, alpha) if not versions.empty else [],
     )
 
 

@@ -37,7 +37,8 @@ def recommendations(summary: pd.DataFrame, swept: list[str], capacity_gib: float
     settings = [axis for axis in swept if axis != "arm"]
     out = pd.DataFrame({"arm": best["arm"]} if group else {}, index=best.index)
     out["configuration"] = (
-        best[settings].apply(lambda row: ", ".join(f"{k}={v}" for k, v in row.items()), axis=1)
+        # an empty value as the inputs write it ('': the installed packages, the model as it is)
+        best[settings].apply(lambda row: ", ".join(f"{k}={v if v != '' else repr('')}" for k, v in row.items()), axis=1)
         if settings
         else "as given"
     )

@@ -125,6 +125,10 @@ def test_the_summary_names_the_faster_set_whose_loss_matches_and_says_when_no_se
     )
     summary = grid_report(analysis).sections["Summary"]
     assert escape(lines[0]) in summary and escape(lines[1]) in summary
+    # computed once with the grid's analysis (exported as `versions`), and said on the console too
+    assert analysis.version_verdicts == lines
+    assert len(analysis.versions) == 4  # two sets against the installed packages, two arms
+    assert grid_report(analysis).headline[-2:] == lines
 
 
 def test_without_the_installed_packages_the_first_set_is_the_reference_and_a_faster_set_whose_loss_differs_is_not_run():
@@ -226,3 +230,4 @@ def test_no_versions_tab_or_summary_line_when_the_set_is_not_swept():
     assert imported_versions_table(analysis.table, analysis.swept).empty
     report = grid_report(analysis)
     assert "Versions" not in report.sections and "Software set" not in report.sections["Summary"]
+    assert analysis.versions.empty and analysis.version_verdicts == []

@@ -6,7 +6,6 @@ import html
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
-from finetune_bench.analysis.versions import sweeps_software, versions_table, versions_verdicts
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
 from finetune_bench.reporting.benchmark_tabs.environment import environment_html
 from finetune_bench.reporting.benchmark_tabs.how_sure import how_sure_html
@@ -32,7 +31,8 @@ def cpu_timings_note(a: GridAnalysis) -> str:
 
 def headline(a: GridAnalysis) -> list[str]:
     """The Summary's first line as plain text, for a console: how the runs ended, how many were reused (on a CPU,
-    that its timings say nothing about speed), then each arm's verdict."""
+    that its timings say nothing about speed), then each arm's verdict and, where the grid swept software sets, the
+    set to run per arm."""
     table = a.table
     counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
     first = f"{len(table)} runs of {table['condition_id'].nunique()} conditions: {counts}"
@@ -41,15 +41,7 @@ def headline(a: GridAnalysis) -> list[str]:
         first += f", {reused} of them reused from the results store"
     if ran_on_cpu(table):
         first += " (on a CPU: the timings say nothing about Liger's speed)"
-    return [first, *a.verdicts]
-
-
-def versions_lines(a: GridAnalysis) -> list[str]:
-    """Per arm, the software set to run, or that none differs beyond the noise (`analysis.versions`); none where the
-    grid did not sweep the set."""
-    if not sweeps_software(a.swept) or a.table.empty:
-        return []
-    return versions_verdicts(versions_table(a.table, a.swept, a.alpha, a.steps), a.swept, a.alpha)
+    return [first, *a.verdicts, *a.version_verdicts]
 
 
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
@@ -83,7 +75,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
-    overview.extend(f'<p class="verdict">{html.escape(line)} (see Versions)</p>' for line in versions_lines(a))
+    overview.extend(f'<p class="verdict">{html.escape(line)} (see Versions)</p>' for line in a.version_verdicts)
     overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)
     overview.extend(
         f'<p class="verdict">{html.escape(line)} (Memory: which phase sets the peak)</p>' for line in a.hidden_savings

@@ -15,8 +15,6 @@ from finetune_bench.analysis.versions import (
     reference_set,
     set_label,
     sweeps_software,
-    versions_table,
-    versions_verdicts,
 )
 from finetune_bench.reporting.benchmark_tabs.cells import MISSING, has_values, pairs_text, ratio_text
 from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note
@@ -76,7 +74,7 @@ def versions_tab(a: GridAnalysis) -> str | None:
     did not sweep the set)."""
     if not sweeps_software(a.swept) or a.table.empty:
         return None
-    versions = versions_table(a.table, a.swept, a.alpha, a.steps)
+    versions = a.versions
     reference = set_label(reference_set(a.table))
     parts = [
         cpu_timings_note(a),
@@ -93,9 +91,7 @@ def versions_tab(a: GridAnalysis) -> str | None:
     if versions.empty:
         parts.append("<p>No set has an ok run to compare with the reference's.</p>")
     else:
-        parts.extend(
-            f'<p class="verdict">{html.escape(line)}</p>' for line in versions_verdicts(versions, a.swept, a.alpha)
-        )
+        parts.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.version_verdicts)
         parts.append(f"<p>Over {pairs_text(versions['pairs'])}.</p>" + table_html(versions_shown(versions, a.swept)))
     imported = imported_versions_table(a.table, a.swept)
     if not imported.empty:
