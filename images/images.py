@@ -83,12 +83,26 @@ def _project_image(name: str, packages: list[str], env: dict[str, str], apt_pack
 
 # torch from PyPI ships its CUDA runtime as nvidia-* wheels; Triton compiles a small launcher
 # with the system C compiler at run time, hence build-essential.
+TRAINING_NAME = "finetune-bench-train"
+TRAINING_ENV = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
+TRAINING_APT = ["build-essential", "git"]
 training_image = _project_image(
-    "finetune-bench-train",
+    TRAINING_NAME,
     packages=[*locked_packages(), *extra_packages(TRAINING_EXTRAS)],
-    env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "0"},
-    apt_packages=["build-essential", "git"],
+    env=TRAINING_ENV,
+    apt_packages=TRAINING_APT,
 )
+
+
+def software_set_image(pins: dict[str, str]) -> ImageSpec:
+    """The training image of a software set (`finetune_bench.inputs.software_sets`): the training image's packages
+    with the set's pins in place of the lockfile's versions of those packages. Its name says the set, its tag is a
+    digest of what it holds: the same set, the same image."""
+    packages = [pin for pin in training_image.packages if _name(pin) not in pins]
+    packages += [f"{name}=={version}" for name, version in pins.items()]
+    said = re.sub(r"[^a-z0-9.]+", "-", ",".join(f"{n}-{v}" for n, v in pins.items()).lower()).strip("-")
+    return _project_image(f"{TRAINING_NAME}-{said}"[:120], packages, TRAINING_ENV, TRAINING_APT)
+
 
 # The analysis task needs no GPU stack (it never imports torch, a tested property): the same pins minus the
 # training stack and what needs torch keeps it light.

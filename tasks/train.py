@@ -83,12 +83,13 @@ def logged_output(result: RunResult) -> TrainOutput:
     )
 
 
-def runs_by_layout(planned: list[PlannedRun]) -> dict[tuple[int, int], list[PlannedRun]]:
-    """The planned runs grouped by (num_nodes, num_gpus), layouts in the order they first appear, runs in plan
-    order."""
-    groups: dict[tuple[int, int], list[PlannedRun]] = {}
+def runs_by_layout_and_set(planned: list[PlannedRun]) -> dict[tuple[int, int, str], list[PlannedRun]]:
+    """The planned runs grouped by (num_nodes, num_gpus, software_set), groups in the order they first appear, runs
+    in plan order."""
+    groups: dict[tuple[int, int, str], list[PlannedRun]] = {}
     for run in planned:
-        groups.setdefault((run.training_args.num_nodes, run.training_args.num_gpus), []).append(run)
+        t = run.training_args
+        groups.setdefault((t.num_nodes, t.num_gpus, t.software_set), []).append(run)
     return groups
 
 

@@ -22,17 +22,21 @@ from images import training_image
 from tasks.analysis import analyze_results, require_nothing_lost
 from tasks.data import check_training_data, download_sources
 from tasks.dynamic import dynamic_node
-from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
+from tasks.inputs_yaml import inputs_file_argument, read_inputs_whole, require_unique_keys
 from tasks.plan import check_prediction_settings, plan_benchmark, report_plan
 from tasks.records import TrainOutput
 from tasks.registration import REGISTRATION_ENV
-from tasks.train import concatenate_outputs, runs_by_layout
+from tasks.software_images import define_set_train_tasks, registered_image
+from tasks.train import concatenate_outputs, runs_by_layout_and_set, train_condition
 from workflows.console import quiet_console
 
 # Before the CLI reads --inputs-file: a key given twice is an error, not a silent override.
 require_unique_keys()
 # Each flag input declared once (no click warnings), and a local run ending with its summary, not its outputs' dump.
 quiet_console()
+# Registering with an inputs file that sweeps software sets: a train task per set on the set's image, so that
+# registration builds each set's image (`tasks.software_images`).
+SOFTWARE_SET_TRAIN_TASKS = define_set_train_tasks(inputs_file_argument(), train_condition)
 
 
 # The map tasks are built in this node's pod: it needs the settings the train tasks were registered with, and the
@@ -46,14 +50,15 @@ def run_benchmark(
     sources: SourceVersions | None = None,
 ) -> list[TrainOutput | None]:
     """Fan the training out over every planned run: one map task per GPU layout (nodes × GPUs per node, each its
-    own train task), one layout after the other so that `execution.concurrency` holds over the whole grid; on
+    own train task) and software set (each on the set's image where registration built one:
+    `tasks.software_images`), one after the other so that `execution.concurrency` holds over the whole grid; on
     `execution.accelerator` when one is named (else the train tasks' own)."""
     # Here, not at the top: the analysis image's pods import this module too (the frontier's dynamic node), and an
     # Elastic task cannot be defined without torch.
     from tasks.train_ranks import train_task
 
     mapped = []
-    for (num_nodes, num_gpus), runs in runs_by_layout(planned).items():
+    for (num_nodes, num_gpus, software_set), runs in runs_by_layout_and_set(planned).items():
         train = partial(
             train_task(num_nodes, num_gpus),
             dataset_dir=dataset_dir,
@@ -68,6 +73,8 @@ def run_benchmark(
         )
         if execution.accelerator:
             outputs = outputs.with_overrides(accelerator=GPUAccelerator(accelerator_name(execution.accelerator)))
+        if image := registered_image(software_set):  # a software set's runs on its own image
+            outputs = outputs.with_overrides(container_image=image)
         if mapped:
             mapped[-1] >> outputs
         mapped.append(outputs)

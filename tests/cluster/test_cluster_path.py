@@ -60,14 +60,17 @@ sweep:
   tokens: [16]
   device: "cpu"
 """
+# A software set of an older liger-kernel release (the h100 registration sweeps it).
+OLDER_LIGER = "liger-kernel==0.8.2"
 # name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
 REGISTRATIONS = {
     "benchmark": ("benchmark", "benchmarking_experiment", EXECUTED_BENCHMARK_INPUTS, {}, "elsewhere"),
     "any_gpu": ("benchmark", "benchmarking_experiment", BENCHMARK_INPUTS, {"FINETUNE_BENCH_TRAIN_ACCELERATOR": ""}, ""),
+    # with a sweep of software sets: registration builds the set's image beside the training image
     "h100": (
         "benchmark",
         "benchmarking_experiment",
-        BENCHMARK_INPUTS,
+        BENCHMARK_INPUTS.replace("experiment_args:\n", f"experiment_args:\n  software_set: ['', '{OLDER_LIGER}']\n"),
         {"FINETUNE_BENCH_TRAIN_ACCELERATOR": "nvidia-h100"},
         "",
     ),
@@ -407,3 +410,29 @@ def test_every_kernel_benchmark_task_runs_in_its_pod(executions):
     (item,) = [pod for pod in cluster.pods if "map_benchmark_kernel" in pod.task]
     rows = Path(item.outputs.literals["o0"].scalar.blob.uri).read_text()
     assert "rms_norm" in rows and ",ok," in rows
+
+
+def test_each_software_set_s_runs_go_to_the_image_registration_built_for_it(registered, benchmark_run, tmp_path):
+    """Registered with an inputs file that sweeps a software set, the set has an image of its own (the training
+    image's packages, the set's pin in place of the lockfile's), and the dynamic node maps the set's runs onto it and
+    the installed set's onto the training image."""
+    from finetune_bench.inputs.software_sets import parse
+    from images.images import software_set_image
+
+    info = json.loads((registered["h100"] / "registered.json").read_text())
+    spec = software_set_image(parse(OLDER_LIGER))
+    image = info["images"][spec.name]
+    assert image["id"] == spec.id
+    packages = (Path(image["context"]) / "requirements_uv.txt").read_text().split()
+    assert "liger-kernel==0.8.2" in packages and not [p for p in packages if p.startswith("liger-kernel==0.8.5")]
+    # the dynamic node's runs: half of them the older set's
+    inputs = _dynamic_inputs(benchmark_run[0])
+    planned = inputs.literals["planned"].collection.literals
+    for literal in planned[: len(planned) // 2]:
+        run = msgpack.loads(literal.scalar.binary.value)
+        run["training_args"]["software_set"] = OLDER_LIGER
+        literal.scalar.binary.value = msgpack.dumps(run)
+    _, template, futures = _futures_of(registered["h100"], inputs, tmp_path)
+    mapped = [node.array_node.node.task_node for node in futures.nodes if node.HasField("array_node")]
+    overrides = [task_node.overrides.container_image for task_node in mapped]
+    assert sorted(overrides) == sorted(["", image["image"]])  # the installed set's: the train task's own image
