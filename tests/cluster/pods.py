@@ -11,11 +11,15 @@ nodes, sub-workflows, dynamic nodes' specs and array nodes (one pod per item, th
 outputs gathered into lists, a failed item None where `min_success_ratio` allows).
 """
 
+import importlib.metadata
 import itertools
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,8 +27,11 @@ import msgpack
 from flyteidl.admin import task_pb2 as admin_task_pb2
 from flyteidl.admin import workflow_pb2 as admin_workflow_pb2
 from flyteidl.core import dynamic_job_pb2, errors_pb2, literals_pb2, tasks_pb2
+from packaging.utils import canonicalize_name
 
 START = "start-node"
+# The project as a distribution: its image installs it from /root.
+PROJECT_DISTRIBUTION = "finetune-bench"
 # The modules a pod's Python must not find: the project's checkout (installed in editable mode here; a real image
 # has the package installed from /root), and, for the analysis image, the training stack it leaves out.
 SITECUSTOMIZE = """
@@ -58,6 +65,9 @@ class Pod:
     outputs: literals_pb2.LiteralMap | None = None
     futures: dynamic_job_pb2.DynamicJobSpec | None = None
     error: str | None = None
+    # The most resident memory the pod's process, or any process it waited for (its training child, a fork
+    # server), held at once: what its memory request must cover.
+    peak_rss_bytes: int = 0
 
 
 @dataclass
@@ -66,7 +76,6 @@ class Cluster:
 
     registered: Path
     workdir: Path
-    blocked_by_image: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     # The cluster's secrets (key -> value), handed to a pod whose template requests them, as Flyte does.
     secrets: dict[str, str] = field(default_factory=dict)
@@ -83,10 +92,13 @@ class Cluster:
             for path in (self.registered / "entities" / "workflows").glob("*.pb")
         }
         self.info = json.loads((self.registered / "registered.json").read_text())
-        self.images = {
-            image["image"]: _root_of_image(Path(image["context"]), self.workdir / "images" / name)
-            for name, image in self.info["images"].items()
-        }
+        # each image as union's builder would make it: its /root, its ENV, and the modules this machine has that its
+        # package list does not install (a pod cannot import them)
+        built = {image["image"]: Path(image["context"]) for image in self.info["images"].values()}
+        self.images = {name: context / "root" for name, context in built.items()}
+        specs = {name: json.loads((context / "spec.json").read_text()) for name, context in built.items()}
+        self.image_env = {name: spec.get("env", {}) for name, spec in specs.items()}
+        self.blocked = {name: _not_installed(specs[name]["python_packages"], self.images[name]) for name in built}
         self.bucket = self.workdir / "bucket"
         self.bucket.mkdir(parents=True, exist_ok=True)
         self.site = self.workdir / "site"
@@ -202,7 +214,8 @@ class Cluster:
             "FLYTE_INTERNAL_EXECUTION_DOMAIN": "d",
             "FLYTE_INTERNAL_TASK_NAME": template.id.name,
             "FLYTE_ATTEMPT_NUMBER": "0",
-            "POD_BLOCKED_MODULES": " ".join(self.blocked_by_image.get(image.split(":")[0].rsplit("/", 1)[-1], [])),
+            "POD_BLOCKED_MODULES": " ".join(self.blocked[image]),
+            **self.image_env[image],
             **{e.key: e.value for e in template.container.env},
             **self.extra_env,
         }
@@ -212,12 +225,10 @@ class Cluster:
         if index is not None:
             env.update(BATCH_JOB_ARRAY_INDEX_VAR_NAME="FLYTE_K8S_ARRAY_INDEX", FLYTE_K8S_ARRAY_INDEX=str(index))
         with open(directory / "log.txt", "w+") as log:
-            done = subprocess.run(
-                args, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=self.timeout_s, check=False
-            )
+            returncode, peak = _run_measured(args, root, env, log, self.timeout_s)
             log.seek(0)
             text = log.read()
-        pod = Pod(template.id.name, directory, image, args, env, done.returncode, text)
+        pod = Pod(template.id.name, directory, image, args, env, returncode, text, peak_rss_bytes=peak)
         self.pods.append(pod)
         out = io / "out"
         if (out / "error.pb").exists():
@@ -227,8 +238,8 @@ class Cluster:
         elif (out / "outputs.pb").exists():
             pod.outputs = _parse(literals_pb2.LiteralMap, out / "outputs.pb")
         else:
-            pod.error = f"no outputs (exit {done.returncode})"
-        if pod.error is not None or done.returncode != 0:
+            pod.error = f"no outputs (exit {returncode})"
+        if pod.error is not None or returncode != 0:
             raise PodFailed(f"{template.id.name} in {directory}: {pod.error}\n{text[-3000:]}")
         return pod
 
@@ -250,19 +261,33 @@ class Cluster:
         raise NotImplementedError(f"binding {kind}")
 
 
-def _root_of_image(context: Path, root: Path) -> Path:
-    """What the image's Dockerfile copies from its build context into /root, as a directory."""
-    root.mkdir(parents=True)
-    for line in (context / "Dockerfile").read_text().splitlines():
-        words = [w for w in line.split() if not w.startswith("--")]
-        if words[:1] == ["COPY"] and len(words) == 3 and words[2].startswith("/root"):
-            source, target = context / words[1], root / words[2].removeprefix("/root").strip("/")
-            if source.is_dir():
-                shutil.copytree(source, target, dirs_exist_ok=True)
-            else:
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copy(source, target)
-    return root
+def _run_measured(args: list[str], cwd: Path, env: dict[str, str], log, timeout_s: float) -> tuple[int, int]:
+    """Run a pod's command; its exit status and its peak resident memory in bytes (the kernel's account of the
+    process and every descendant it waited for, `wait4`), killed after `timeout_s`."""
+    process = subprocess.Popen(args, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    timer = threading.Timer(timeout_s, process.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        timer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss * 1024  # kilobytes on Linux
+
+
+def _not_installed(packages: list[str], root: Path) -> list[str]:
+    """The top-level modules this machine can import that an image with `packages` (its builder's package list) and
+    `root` (its /root) does not have: each of an installed distribution the list does not name, unless /root holds it
+    (the project's own packages) or the image's Python brings it (pip, setuptools)."""
+    listed = {canonicalize_name(re.split(r"[=<>!~ ;\[]", package, maxsplit=1)[0]) for package in packages}
+    listed |= {"pip", "setuptools", "wheel", canonicalize_name(PROJECT_DISTRIBUTION)}
+    return sorted(
+        module
+        for module, distributions in importlib.metadata.packages_distributions().items()
+        if not {canonicalize_name(d) for d in distributions} & listed
+        and not (root / module).exists()
+        and not (root / f"{module}.py").exists()
+    )
 
 
 def _parse(message_type, path: Path):

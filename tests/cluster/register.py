@@ -1,8 +1,9 @@
 """`union run --remote` as a user types it, with the cluster cut out: run as a script (a fresh process), it runs
 union's own CLI on the given arguments, with every call that would reach a cluster or Docker replaced:
 
-- the image build: flytekit's default builder writes each image's build context (what the image copies to /root
-  lands in `<out>/images/<name>/src`), and nothing is built;
+- the image build: union's own image builder (the one the project registers with) prepares what it would submit,
+  and nothing is built: its spec (`spec.json`: the Python packages, the image's ENV, the commands) and the files it
+  copies into the image, unpacked as the image's /root (`<out>/images/<name>/`);
 - the upload of the fast-registration bundle: a copy into `<out>/blobs/`;
 - the registration: the serialized entities (what the CLI would send to the control plane) written to
   `<out>/entities/{tasks,workflows}/<name>.pb`;
@@ -21,7 +22,6 @@ from pathlib import Path
 from flytekit.core.context_manager import FlyteContextManager
 from flytekit.core.launch_plan import LaunchPlan
 from flytekit.core.type_engine import TypeEngine
-from flytekit.image_spec.default_builder import create_docker_context
 from flytekit.image_spec.image_spec import ImageBuildEngine
 from flytekit.models import task as task_models
 from flytekit.models.admin.workflow import WorkflowSpec
@@ -29,6 +29,7 @@ from flytekit.models.core.identifier import Identifier, ResourceType
 from flytekit.models.literals import Literal, LiteralMap
 from flytekit.remote.remote import FlyteRemote
 from flytekit.tools.translator import get_serializable
+from union.ucimage._image_builder import UCImageSpecBuilder
 
 
 class Registered(Exception):
@@ -44,8 +45,15 @@ def main(out: Path, cli_args: list[str]) -> int:
         context = out / "images" / spec.name
         if spec.name not in images:
             shutil.rmtree(context, ignore_errors=True)
-            context.mkdir(parents=True)
-            create_docker_context(spec, context)
+            (context / "submitted").mkdir(parents=True)
+            spec_path, archive, _ = UCImageSpecBuilder()._validate_configuration(
+                spec, context / "submitted", spec.image_name()
+            )
+            shutil.copy(spec_path, context / "spec.json")
+            (context / "root").mkdir()
+            if archive is not None:
+                shutil.unpack_archive(archive, context / "root")
+            shutil.rmtree(context / "submitted")
             images[spec.name] = {"id": spec.id, "image": spec.image_name(), "context": str(context)}
         return spec.image_name()
 

@@ -23,7 +23,6 @@ REGISTER = Path(__file__).with_name("register.py")
 # Values no template may carry: a key in the registering shell's environment.
 WANDB_KEY = "wandbKEYfromTHEshell0123456789abcdef"
 HF_TOKEN = "hf_TOKENfromTHEshell0123456789abcdef"
-BLOCKED = {"finetune-bench-analysis": [name.replace("-", "_") for name in TRAINING_ONLY]}
 BENCHMARK_INPUTS = """
 experiment_args:
   arm: [liger, baseline]
@@ -150,7 +149,7 @@ def registered(tmp_path_factory, request) -> dict[str, Path]:
 
 
 def _cluster(registered: Path, tmp_path: Path) -> Cluster:
-    return Cluster(registered, tmp_path / "cluster", blocked_by_image=BLOCKED, secrets={"hf_token": "hf_inTHEcluster"})
+    return Cluster(registered, tmp_path / "cluster", secrets={"hf_token": "hf_inTHEcluster"})
 
 
 def _python(literal: literals_pb2.Literal):
@@ -214,10 +213,13 @@ def test_every_benchmark_task_runs_in_its_pod_and_the_grid_trains_and_reports(be
     assert statuses == ["ok", "ok"], statuses
     # the report was rendered by the analysis pod, without torch, and says what a cluster run does not keep
     analysis = _pod(cluster, "analyze_results")
-    assert (
-        analysis.image.split(":")[0].endswith("finetune-bench-analysis")
-        and "torch" in analysis.env["POD_BLOCKED_MODULES"]
-    )
+    assert analysis.image.split(":")[0].endswith("finetune-bench-analysis")
+    # each pod imports what its image's package list installs: the analysis image leaves the training stack out
+    blocked = set(analysis.env["POD_BLOCKED_MODULES"].split())
+    assert {name.replace("-", "_") for name in TRAINING_ONLY} - {"bitsandbytes"} <= blocked
+    assert not set(_pod(cluster, "run_benchmark").env["POD_BLOCKED_MODULES"].split()) & {"torch", "liger_kernel", "uv"}
+    # and runs with its image's ENV (the lockfile's digest, the image's own id)
+    assert len(analysis.env["FINETUNE_BENCH_LOCK_SHA256"]) == 64 and analysis.env["_F_IMG_ID"] == analysis.image
     report = Path(outputs.literals["o2"].scalar.blob.uri).read_text()
     assert "2 runs of 2 conditions: 2 ok" in report
     assert "results_store is empty" in report
@@ -319,11 +321,14 @@ def test_images_do_not_depend_on_the_working_directory_or_cache_files(registered
     infos = [json.loads((registered[name] / "registered.json").read_text()) for name in ("benchmark", "any_gpu")]
     names = [{k: (v["id"], v["image"]) for k, v in info["images"].items()} for info in infos]
     assert names[0] == names[1]  # registered from another directory and from the project root
-    context = Path(infos[0]["images"]["finetune-bench-train"]["context"]) / "src"
-    copied = {p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()}
+    context = Path(infos[0]["images"]["finetune-bench-train"]["context"])
+    root = context / "root"  # what union's builder copies into the image
+    copied = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert {"requirements.lock", "pyproject.toml", "tasks/train_ranks.py", "finetune_bench/running/worker.py"} <= copied
     assert not [p for p in copied if "__pycache__" in p or p.startswith(("tests/", "docs/", ".venv/"))]
-    assert "bitsandbytes==0.49.2" in (context.parent / "requirements_uv.txt").read_text()  # the switchback arm
+    built = json.loads((context / "spec.json").read_text())
+    assert "bitsandbytes==0.49.2" in built["python_packages"]  # the switchback arm
+    assert built["commands"] == ["uv pip install --no-deps /root"]
 
 
 def _everything_registered(registration: Path) -> list[bytes]:
@@ -423,7 +428,7 @@ def test_each_software_set_s_runs_go_to_the_image_registration_built_for_it(regi
     spec = software_set_image(parse(OLDER_LIGER))
     image = info["images"][spec.name]
     assert image["id"] == spec.id
-    packages = (Path(image["context"]) / "requirements_uv.txt").read_text().split()
+    packages = json.loads((Path(image["context"]) / "spec.json").read_text())["python_packages"]
     assert "liger-kernel==0.8.2" in packages and not [p for p in packages if p.startswith("liger-kernel==0.8.5")]
     # the dynamic node's runs: half of them the older set's
     inputs = _dynamic_inputs(benchmark_run[0])
@@ -436,3 +441,32 @@ def test_each_software_set_s_runs_go_to_the_image_registration_built_for_it(regi
     mapped = [node.array_node.node.task_node for node in futures.nodes if node.HasField("array_node")]
     overrides = [task_node.overrides.container_image for task_node in mapped]
     assert sorted(overrides) == sorted(["", image["image"]])  # the installed set's: the train task's own image
+
+
+_QUANTITY_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _bytes(quantity: str) -> float:
+    """A Kubernetes memory quantity ("1Gi", "500M", "1024") in bytes."""
+    for unit, factor in _QUANTITY_UNITS.items():
+        if quantity.endswith(unit):
+            return float(quantity.removesuffix(unit)) * factor
+    return float(quantity)
+
+
+def test_every_pod_peaks_within_the_memory_its_task_requests(benchmark_run):
+    """Each pod's peak resident memory (the pod's process and every process it waited for: a training child, the fork
+    server) against its template's memory request: a pod past it is killed on a cluster whose limits are the
+    requests."""
+    from flyteidl.core import tasks_pb2
+
+    cluster, _ = benchmark_run
+    measured = []
+    for pod in cluster.pods:
+        template = cluster.tasks[pod.task]
+        requests = {r.name: r.value for r in template.container.resources.requests}
+        measured.append((pod.task, pod.peak_rss_bytes / 2**20, requests.get(tasks_pb2.Resources.MEMORY, "")))
+    said = "\n".join(f"{task}: peak {peak:.0f} MiB, requests {ask or 'nothing'}" for task, peak, ask in measured)
+    assert all(request for _, _, request in measured), said
+    assert all(0 < peak * 2**20 <= _bytes(request) for _, peak, request in measured), said
+    print(said)
