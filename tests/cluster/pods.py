@@ -11,6 +11,7 @@ nodes, sub-workflows, dynamic nodes' specs and array nodes (one pod per item, th
 outputs gathered into lists, a failed item None where `min_success_ratio` allows).
 """
 
+import hashlib
 import importlib.metadata
 import itertools
 import json
@@ -81,6 +82,9 @@ class Cluster:
     secrets: dict[str, str] = field(default_factory=dict)
     pods: list[Pod] = field(default_factory=list)
     timeout_s: int = 900
+    # Flyte's cache: a cached task's outputs by its name, cache version and inputs, kept across this cluster's
+    # executions; the tasks each execution found there, in order.
+    cache_hits: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tasks = {
@@ -146,7 +150,14 @@ class Cluster:
         raise NotImplementedError(f"node {node.id}: {target}")
 
     def _task(self, template, inputs, node, subworkflows: dict) -> dict:
+        cached = self.workdir / "cache" / _cache_key(template, inputs) if template.metadata.discoverable else None
+        if cached is not None and cached.exists():  # as propeller does: the outputs, no pod
+            self.cache_hits.append(template.id.name)
+            return dict(_parse(literals_pb2.LiteralMap, cached).literals)
         pod = self.run_pod(template, inputs)
+        if cached is not None and pod.outputs is not None:
+            cached.parent.mkdir(exist_ok=True)
+            cached.write_bytes(pod.outputs.SerializeToString())
         if pod.futures is None:
             return dict(pod.outputs.literals)
         # a dynamic node: its spec's nodes run as a workflow's, their tasks and sub-workflows known to them alone
@@ -259,6 +270,13 @@ class Cluster:
             literal = done[binding.promise.node_id or START][binding.promise.var]
             return _attribute(literal, list(binding.promise.attr_path))
         raise NotImplementedError(f"binding {kind}")
+
+
+def _cache_key(template, inputs: literals_pb2.LiteralMap) -> str:
+    """A cached task's key, as Flyte's: the task, its cache version and its inputs."""
+    digest = hashlib.sha256(f"{template.id.name}\0{template.metadata.discovery_version}\0".encode())
+    digest.update(inputs.SerializeToString(deterministic=True))
+    return digest.hexdigest()
 
 
 def _run_measured(args: list[str], cwd: Path, env: dict[str, str], log, timeout_s: float) -> tuple[int, int]:
