@@ -18,9 +18,11 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +30,12 @@ import msgpack
 from flyteidl.admin import task_pb2 as admin_task_pb2
 from flyteidl.admin import workflow_pb2 as admin_workflow_pb2
 from flyteidl.core import dynamic_job_pb2, errors_pb2, literals_pb2, tasks_pb2
+from google.protobuf import json_format
 from packaging.utils import canonicalize_name
 
 START = "start-node"
+# The task type of a multi-node PyTorch Elastic task: a PyTorchJob the Kubeflow training operator runs.
+PYTORCH_JOB = "pytorch"
 # The project as a distribution: its image installs it from /root.
 PROJECT_DISTRIBUTION = "finetune-bench"
 # The modules a pod's Python must not find: the project's checkout (installed in editable mode here; a real image
@@ -180,7 +185,8 @@ class Cluster:
             # every item's pod gets the whole lists and its index (flytekit picks its element)
             item = inputs
             try:
-                outputs.append(dict(self.run_pod(template, item, index=index).outputs.literals))
+                run = self.run_job if template.type == PYTORCH_JOB else self.run_pod
+                outputs.append(dict(run(template, item, index=index).outputs.literals))
             except PodFailed:
                 failures += 1
                 outputs.append(None)
@@ -194,10 +200,50 @@ class Cluster:
             for name in _output_names(template)
         }
 
+    # --- a PyTorchJob ------------------------------------------------------------------------------------------
+
+    def run_job(self, template, inputs: literals_pb2.LiteralMap, index: int | None = None) -> Pod:
+        """A multi-node PyTorch Elastic task as the Kubeflow training operator runs it: one worker pod per replica, side
+        by side, each with the variables the operator gives an elastic PyTorchJob's workers (`PET_NNODES`,
+        `PET_NPROC_PER_NODE`, `PET_RDZV_ENDPOINT`: the first worker's service, here a port of this machine, and
+        `PET_RDZV_BACKEND`), meeting at the rendezvous; the job's outputs are the one worker's that wrote them
+        (global rank 0's; PyTorch Elastic's other workers write none)."""
+        job = json_format.MessageToDict(template.custom)
+        replicas = int(job["workerReplicas"]["replicas"])
+        elastic = job.get("elasticConfig", {})
+        with socket.socket() as probe:  # a free port for the rendezvous
+            probe.bind(("localhost", 0))
+            port = probe.getsockname()[1]
+        env = {
+            "PET_NNODES": str(replicas),
+            "PET_NPROC_PER_NODE": str(elastic.get("nprocPerNode", 1)),
+            "PET_RDZV_ENDPOINT": f"localhost:{port}",
+            "PET_RDZV_BACKEND": elastic.get("rdzvBackend", "c10d"),
+        }
+        with ThreadPoolExecutor(replicas) as pool:
+            running = [
+                pool.submit(self.run_pod, template, inputs, index, {**env, "HOSTNAME": f"job-worker-{replica}"}, True)
+                for replica in range(replicas)
+            ]
+            workers = [future.result() for future in running]
+        wrote = [pod for pod in workers if pod.outputs is not None]
+        if len(wrote) != 1:
+            raise PodFailed(f"{template.id.name}: {len(wrote)} of {replicas} workers wrote outputs, one should")
+        return wrote[0]
+
     # --- one pod -----------------------------------------------------------------------------------------------
 
-    def run_pod(self, template, inputs: literals_pb2.LiteralMap, index: int | None = None) -> Pod:
-        """`template`'s container command in a fresh pod directory; raises PodFailed on an error document."""
+    def run_pod(
+        self,
+        template,
+        inputs: literals_pb2.LiteralMap,
+        index: int | None = None,
+        extra_env: dict[str, str] | None = None,
+        outputs_optional: bool = False,
+    ) -> Pod:
+        """`template`'s container command in a fresh pod directory (`extra_env`: what the pod's controller adds, a
+        PyTorchJob's worker variables); raises PodFailed on an error document, or when it wrote no outputs unless
+        `outputs_optional` (a worker of a PyTorchJob but rank 0's)."""
         number = next(self._count)
         directory = self.workdir / "pods" / f"{number:03d}-{template.id.name.rsplit('.', 1)[-1][:60]}"
         root, home, io = directory / "root", directory / "home", directory / "io"
@@ -229,6 +275,7 @@ class Cluster:
             **self.image_env[image],
             **{e.key: e.value for e in template.container.env},
             **self.extra_env,
+            **(extra_env or {}),
         }
         for secret in template.security_context.secrets:
             if secret.key in self.secrets:
@@ -248,7 +295,7 @@ class Cluster:
             pod.futures = _parse(dynamic_job_pb2.DynamicJobSpec, out / "futures.pb")
         elif (out / "outputs.pb").exists():
             pod.outputs = _parse(literals_pb2.LiteralMap, out / "outputs.pb")
-        else:
+        elif not outputs_optional:
             pod.error = f"no outputs (exit {returncode})"
         if pod.error is not None or returncode != 0:
             raise PodFailed(f"{template.id.name} in {directory}: {pod.error}\n{text[-3000:]}")

@@ -61,6 +61,23 @@ sweep:
   tokens: [16]
   device: "cpu"
 """
+# Runs on several ranks, on gloo: one node of 2 ranks (an Elastic task in one pod) and 2 nodes of 2 ranks each (a
+# PyTorchJob: two worker pods meeting at the rendezvous).
+RANKS_INPUTS = """
+experiment_args:
+  num_nodes: [1, 2]
+training_args:
+  model_name: "random:tiny-llama"
+  dataset_name: "synthetic:alpaca"
+  synthetic_num_examples: 16
+  max_seq_length: 32
+  max_steps: 2
+  timing_warmup_steps: 1
+  backend: "plain_loop"
+  device: "cpu"
+  num_gpus: 2
+  parallelism: "ddp"
+"""
 # A software set of an older liger-kernel release (the h100 registration sweeps it).
 OLDER_LIGER = "liger-kernel==0.8.2"
 # name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
@@ -79,11 +96,12 @@ REGISTRATIONS = {
     "frontier": ("frontier", "memory_frontier", FRONTIER_INPUTS, {}, "elsewhere"),
     "frontier_defaults": ("frontier", "memory_frontier", None, {}, "elsewhere"),
     "kernels": ("kernels", "kernel_benchmark", KERNEL_INPUTS, {}, "elsewhere"),
+    "ranks": ("benchmark", "benchmarking_experiment", RANKS_INPUTS, {}, "elsewhere"),
 }
 
 
 # The registrations executed whole, side by side.
-EXECUTED = ("benchmark", "frontier", "kernels")
+EXECUTED = ("benchmark", "frontier", "kernels", "ranks")
 # The frontier's execution (11 pods, about a minute and a half of both cores) runs only when its test is selected:
 # its test is marked slow, so `make test` executes the benchmark and the kernel benchmark alone.
 FRONTIER_TEST = "test_every_frontier_task_runs_in_its_pod"
@@ -157,6 +175,8 @@ def _cluster(registered: Path, tmp_path: Path) -> Cluster:
 
 def _python(literal: literals_pb2.Literal):
     scalar = literal.scalar
+    if scalar.HasField("union"):  # an Optional output: its value
+        scalar = scalar.union.value.scalar
     if scalar.HasField("primitive"):
         return getattr(scalar.primitive, scalar.primitive.WhichOneof("value"))
     return msgpack.loads(scalar.binary.value)
@@ -498,3 +518,24 @@ def test_a_second_execution_hits_the_download_cache_and_reuses_the_stored_runs(b
     assert [(r["status"], r["reused"]) for r in results] == [("ok", True), ("ok", True)]
     report = Path(outputs.literals["o2"].scalar.blob.uri).read_text()
     assert "2 of 2 runs reused from the results store" in report and "by an earlier execution" in report
+
+
+def test_an_elastic_pod_and_a_pytorchjob_s_worker_pods_train_their_ranks_on_gloo(executions):
+    """A run on one node of 2 ranks trains in one pod (PyTorch Elastic launching both ranks there); a run on 2 nodes
+    is a PyTorchJob: two worker pods, with the operator's variables, whose 4 ranks meet at the rendezvous, and whose
+    result rank 0's pod writes."""
+    cluster, outputs = executions["ranks"]
+    outputs.result()
+    one_node = [pod for pod in cluster.pods if "train_condition_1x2gpu" in pod.task]
+    two_nodes = [pod for pod in cluster.pods if "train_condition_2x2gpu" in pod.task]
+    assert len(one_node) == 1 and len(two_nodes) == 2
+    assert [pod.env.get("PET_NNODES") for pod in two_nodes] == ["2", "2"]
+    assert len({pod.env["PET_RDZV_ENDPOINT"] for pod in two_nodes}) == 1
+    (job_result,) = [pod for pod in two_nodes if pod.outputs is not None]
+    for pod, world_size in ((one_node[0], 2), (job_result, 4)):
+        result = _python(pod.outputs.literals["o0"])["result"]
+        assert result["status"] == "ok", result["reason"]
+        assert result["metrics"]["world_size"] == world_size
+        assert sorted(rank["rank"] for rank in result["ranks"]) == list(range(world_size))
+    # the job's ranks came from both worker pods (nodes 0 and 1)
+    assert {rank["node_rank"] for rank in _python(job_result.outputs.literals["o0"])["result"]["ranks"]} == {0, 1}
