@@ -271,6 +271,7 @@ class Cluster:
             "FLYTE_INTERNAL_EXECUTION_DOMAIN": "d",
             "FLYTE_INTERNAL_TASK_NAME": template.id.name,
             "FLYTE_ATTEMPT_NUMBER": "0",
+            "HOSTNAME": f"pod-{number:03d}",  # the pod's name, as Kubernetes sets it
             "POD_BLOCKED_MODULES": " ".join(self.blocked[image]),
             **self.image_env[image],
             **{e.key: e.value for e in template.container.env},

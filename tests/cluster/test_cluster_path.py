@@ -243,6 +243,7 @@ def test_every_benchmark_task_runs_in_its_pod_and_the_grid_trains_and_reports(be
     assert not set(_pod(cluster, "run_benchmark").env["POD_BLOCKED_MODULES"].split()) & {"torch", "liger_kernel", "uv"}
     # and runs with its image's ENV (the lockfile's digest, the image's own id)
     assert len(analysis.env["FINETUNE_BENCH_LOCK_SHA256"]) == 64 and analysis.env["_F_IMG_ID"] == analysis.image
+    assert len({pod.env["HOSTNAME"] for pod in cluster.pods}) == len(cluster.pods)  # each pod its own host
     report = Path(outputs.literals["o2"].scalar.blob.uri).read_text()
     assert "2 runs of 2 conditions: 2 ok" in report
     assert "results_store is empty" not in report  # kept in the store the inputs name
