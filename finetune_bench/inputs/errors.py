@@ -4,7 +4,8 @@ messages carry."""
 import contextlib
 import difflib
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 from finetune_bench.inputs.secrets import redact
 
@@ -102,3 +103,21 @@ def invisible_difference(written: str, known: str) -> str:
     )
     spaces = " and spaces around it" if core != written else ""
     return f"; {written!r} has {spelled}{spaces}"
+
+
+def refuse_spellings_of_one_value(key: str, values: list, canonical: Callable[[Any], Hashable], same: str) -> None:
+    """A sweep's values that `canonical` makes one (two spellings of one value would train it twice under two names),
+    every such pair in one SpecError: "`key`: 'a' and 'b' `same`; keep one". A value `canonical` refuses is refused
+    on its own, not here."""
+    seen: dict[Hashable, Any] = {}
+    problems = []
+    for value in values:
+        try:
+            one = canonical(value)
+        except SpecError:
+            continue
+        if one in seen:
+            problems.append(f"{key}: {seen[one]!r} and {value!r} {same}; keep one")
+        seen.setdefault(one, value)
+    if problems:
+        raise SpecError(*problems)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_bench.inputs.catalog import RANDOM_PREFIX, architecture_config, looks_like_path
-from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.inputs.errors import SpecError, closest, refuse_spellings_of_one_value
 from finetune_bench.inputs.model_checks import override_value_problems, vocabulary_problem
 
 OVERRIDES_KEY = "training_args.model_config_overrides"
@@ -129,22 +129,13 @@ def canonical_overrides(text: str) -> tuple:
 def check_overrides_sweep(key: str, values: list) -> None:
     """A sweep of overrides whose every value sets something else: two spellings of the same overrides would train
     the same model twice under two names."""
-    seen: dict[tuple, str] = {}
-    problems = []
-    for value in values:
-        try:
-            canonical = canonical_overrides(value)
-        except SpecError:  # refused on its own
-            continue
-        if canonical in seen:
-            problems.append(
-                f"{key}: {seen[canonical]!r} and {value!r} set the same overrides (spaces, order and the spelling of a "
-                "number do not count): the same model would be trained twice; keep one"
-            )
-        else:
-            seen[canonical] = value
-    if problems:
-        raise SpecError(*problems)
+    refuse_spellings_of_one_value(
+        key,
+        values,
+        canonical_overrides,
+        "set the same overrides (spaces, order and the spelling of a number do not count): the same model would be "
+        "trained twice",
+    )
 
 
 def check_config_overrides_syntax(key: str, value: Any) -> None:

@@ -8,7 +8,7 @@ import re
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.errors import SpecError, refuse_spellings_of_one_value
 
 # The installed packages: what a run imports when its set pins nothing.
 INSTALLED = ""
@@ -83,15 +83,4 @@ def check_syntax(key: str, value: object) -> None:
 
 def check_sweep(key: str, values: list) -> None:
     """A sweep whose every value is another set: two spellings of one set would train it twice."""
-    seen: dict[str, str] = {}
-    problems = []
-    for value in values:
-        try:
-            same = canonical(value)
-        except SpecError:  # refused on its own
-            continue
-        if same in seen:
-            problems.append(f"{key}: {seen[same]!r} and {value!r} are the same set; keep one")
-        seen.setdefault(same, value)
-    if problems:
-        raise SpecError(*problems)
+    refuse_spellings_of_one_value(key, values, canonical, "are the same set")

@@ -63,21 +63,9 @@ sweep:
 """
 # Runs on several ranks, on gloo: one node of 2 ranks (an Elastic task in one pod) and 2 nodes of 2 ranks each (a
 # PyTorchJob: two worker pods meeting at the rendezvous).
-RANKS_INPUTS = """
-experiment_args:
-  num_nodes: [1, 2]
-training_args:
-  model_name: "random:tiny-llama"
-  dataset_name: "synthetic:alpaca"
-  synthetic_num_examples: 16
-  max_seq_length: 32
-  max_steps: 2
-  timing_warmup_steps: 1
-  backend: "plain_loop"
-  device: "cpu"
-  num_gpus: 2
-  parallelism: "ddp"
-"""
+RANKS_INPUTS = BENCHMARK_INPUTS.replace("  arm: [liger, baseline]", "  num_nodes: [1, 2]") + (
+    '  backend: "plain_loop"\n  device: "cpu"\n  num_gpus: 2\n  parallelism: "ddp"\n'
+)
 # A software set of an older liger-kernel release (the h100 registration sweeps it).
 OLDER_LIGER = "liger-kernel==0.8.2"
 # name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
