@@ -94,8 +94,9 @@ def _with_conditions(problem: str, where: list[re.Match | None]) -> str:
 
 
 def condition_id(axis_values: dict[str, object]) -> str:
-    """A stable, readable id such as `arm=liger,per_device_train_batch_size=8`."""
-    return ",".join(f"{name}={value}" for name, value in axis_values.items()) or "baseline"
+    """A stable, readable id such as `arm=liger,per_device_train_batch_size=8`; an empty value as the inputs write it,
+    `software_set=''` (the installed packages)."""
+    return ",".join(f"{name}={value if value != '' else repr('')}" for name, value in axis_values.items()) or "baseline"
 
 
 def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> list[PlannedRun]:
