@@ -16,8 +16,9 @@ installed packages for everything else. uv reads its own settings for where pack
 `UV_FIND_LINKS` with `UV_OFFLINE=1` on a machine that reaches no index).
 
 Planning prepares every set of a grid and checks it (`check`): each pin exists (uv's complaint, in a line), and the
-set holds together with the installed packages, by pip's own check of every installed requirement over the overlay
-and the installed packages (the problems that involve a pinned package: one line each). What an arm needs of a
+set holds together with the installed packages: every requirement of every distribution a run finds (the overlay's
+first, then the installed ones) against the version it finds, as `pip check` does (an image need not have pip), the
+problems that involve a pinned package, one line each. What an arm needs of a
 release (a Liger kernel, a model type Liger patches) is read from that release's source (`liger_root`). A run checks
 what it imported against its set (`check_imported`) and records the versions it imported.
 """
@@ -25,13 +26,13 @@ what it imported against its set (`check_imported`) and records the versions it 
 import functools
 import importlib.metadata as md
 import os
-import re
 import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -130,28 +131,44 @@ def liger_root(text: str) -> str:
     return str(prepared.overlay) if prepared.overlay is not None and "liger-kernel" in prepared.pins else ""
 
 
-_PIP_CHECK_LINE = re.compile(r"^(\S+) \S+ (?:has requirement|requires) ([A-Za-z0-9._-]+)")
+def _seen_first(overlay: Path) -> dict[str, md.Distribution]:
+    """Every distribution a run of the overlay finds, by canonical name: the first on its search path (the overlay's,
+    then the installed ones), as its imports do."""
+    found: dict[str, md.Distribution] = {}
+    for distribution in md.distributions(path=[str(overlay), *sys.path]):
+        name = canonicalize_name(distribution.metadata["Name"] or "")
+        if name:
+            found.setdefault(name, distribution)
+    return found
 
 
 @functools.cache
 def conflicts(text: str) -> tuple[str, ...]:
-    """What does not hold together once the set's overlay shadows the installed packages: pip's check of every
-    requirement over both, the problems that involve a pinned package (one line each)."""
+    """What does not hold together once the set's overlay shadows the installed packages: every requirement of every
+    distribution a run finds, checked against the version it finds (as `pip check` does, where an image need not
+    have pip), the problems that involve a pinned package, one line each."""
     prepared = prepare(text)
     if prepared.overlay is None:
         return ()
-    env = dict(os.environ)
-    apply(env, text)
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "check"], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    seen = _seen_first(prepared.overlay)
     found = []
-    for line in done.stdout.splitlines():
-        match = _PIP_CHECK_LINE.match(line.strip())
-        if match and {canonicalize_name(match.group(1)), canonicalize_name(match.group(2))} & set(prepared.pins):
-            found.append(line.strip())
-    if done.returncode != 0 and not done.stdout.strip():
-        found.append(f"pip check could not run: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    for name, distribution in seen.items():
+        for written in distribution.requires or []:
+            try:
+                requirement = Requirement(written)
+            except InvalidRequirement:  # metadata no installer would have read either
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue  # an extra's, or another platform's
+            needed = canonicalize_name(requirement.name)
+            if not {name, needed} & set(prepared.pins):
+                continue
+            who = f"{name} {distribution.version}"
+            have = seen.get(needed)
+            if have is None:
+                found.append(f"{who} requires {requirement}, which is not installed.")
+            elif not requirement.specifier.contains(have.version, prereleases=True):
+                found.append(f"{who} has requirement {requirement}, but you have {needed} {have.version}.")
     return tuple(found)
 
 
