@@ -8,6 +8,7 @@ from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.results.record import RunResult
 from tasks import execution, wandb_runs
+from tests.cluster.registering_shell import printed_by_a_registering_shell
 
 
 def test_locally_nothing_is_said_on_a_cluster_the_missing_store_and_w_and_b_are(monkeypatch):
@@ -54,23 +55,11 @@ def test_a_run_that_cannot_be_logged_for_want_of_a_key_says_so(wandb_asked_for_o
 
 def _registered_settings(**env) -> dict:
     """tasks.registration as a registering shell with `env` defines it."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from images.images import PROJECT_ROOT
-
     code = (
         "import json; from tasks import registration as s; "
         "print(json.dumps({'env': s.REGISTRATION_ENV, 'secrets': [x.key for x in s.WANDB_SECRETS]}))"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FINETUNE_BENCH_", "WANDB_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env={**clean, **env}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return printed_by_a_registering_shell(code, **env)
 
 
 def test_an_empty_setting_reaches_the_pods_only_where_empty_means_something():

@@ -2,11 +2,6 @@
 benchmark's planning checks it, and what an empty results_store means for the throughput runs said in the plan's log
 and in the report."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from finetune_bench.frontier.settings import BatchSizeSearch, ProbeSettings, SeqLengthSearch
@@ -14,6 +9,7 @@ from finetune_bench.inputs.plan import PlannedRun, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from tasks import execution, frontier
 from tasks.plan import InvalidInputs
+from tests.cluster.registering_shell import printed_by_a_registering_shell
 from tests.cluster.test_execution import wandb_asked_for_on_a_cluster  # noqa: F401 (a fixture)
 
 SMALL = dict(
@@ -47,19 +43,12 @@ def test_throughput_runs_to_log_without_a_readable_w_and_b_key_stop_the_frontier
 
 def _registered_secrets(**env) -> dict[str, list[str]]:
     """The secrets the two planning tasks request, registered by a shell with `env`."""
-    from images.images import PROJECT_ROOT
-
     code = (
         "import json; from tasks.plan import plan_benchmark; from tasks.frontier import plan_frontier; "
         "print(json.dumps({t.name: [s.key for s in t.security_context.secrets] if t.security_context else [] "
         "for t in (plan_benchmark, plan_frontier)}))"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FINETUNE_BENCH_", "WANDB_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env={**clean, **env}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return printed_by_a_registering_shell(code, **env)
 
 
 def test_the_frontier_s_planning_requests_the_w_and_b_secret_as_the_benchmark_s_does():
