@@ -117,15 +117,7 @@ def software_sets(settings: "KernelBenchmarkSettings") -> list[str]:
 def check_software_sets_install(settings: "KernelBenchmarkSettings") -> None:
     """Each named set installs here and holds together with the installed packages (`software.check`), every
     problem at once; a set whose spelling is refused is left to the settings' own check."""
-    problems = Problems()
-    for text in settings.software_sets:
-        try:
-            set_spelling.parse(text)
-        except SpecError:
-            continue
-        with problems.check():
-            software.check(text, "sweep.software_sets")
-    problems.raise_if_any()
+    software.check_all(settings.software_sets, "sweep.software_sets")
 
 
 def _readable_source(key: str, source: str) -> None:

@@ -202,21 +202,30 @@ def check_imported(text: str) -> dict[str, str]:
     return {name: str(version) for name, version in found.items()}
 
 
+def check_all(texts: list[str], key: str) -> None:
+    """Each set of `texts` can run here (`check`), every problem of every set in one SpecError naming `key`; a set
+    whose spelling is refused is left to the settings' own check."""
+    problems = Problems()
+    for text in dict.fromkeys(texts):
+        try:
+            parse(text)
+        except SpecError:
+            continue
+        with problems.check():
+            check(text, key)
+    problems.raise_if_any()
+
+
 def checked_runs(runs: list[PlannedRun], swept: bool) -> list[PlannedRun]:
     """`runs` (planned) once every software set among them is ready here: each set installed and holding together
     with the installed packages, every problem of every set in one SpecError (`swept`: the set is an axis, and the
     messages name `experiment_args`); a run whose set's liger-kernel lacks what its arm needs (a kernel, a model
     type) is refused with why."""
     key = f"{'experiment_args' if swept else 'training_args'}.software_set"
+    check_all([run.training_args.software_set for run in runs], key)
     problems = Problems()
-    ready = set()
-    for text in dict.fromkeys(run.training_args.software_set for run in runs):
-        with problems.check():
-            check(text, key)
-            ready.add(text)
-    problems.raise_if_any()
     for run in runs:
-        if not run.refused and run.training_args.software_set in ready:
+        if not run.refused:
             with problems.check():
                 try:
                     _check_release_has_what_the_arm_needs(run)
