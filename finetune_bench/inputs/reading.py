@@ -145,24 +145,40 @@ def is_plain_int(value: Any) -> bool:
 def _read(key: str, annotation: Any, value: Any) -> Any:
     """One input's value as its conversion would have it; a SpecError naming every problem of it."""
     options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    if value is None and type(None) in options:
-        return None
     (annotation,) = [option for option in options if option is not type(None)][:1] or (annotation,)
+    item = _list_item(annotation)
+    if value is None and type(None) in options:
+        if item is not None:
+            # Written null (`arms: ~`, or every item commented out): the CLI cannot convert it, and leaving the
+            # input out is what gives its default.
+            _check_list_shape(key, item, value)
+        return None
     if isinstance(annotation, type) and issubclass(annotation, StrictFromJson):
         return annotation.from_mapping(value, key)
-    item = _list_item(annotation)
     if item is not None and isinstance(item, type) and issubclass(item, StrictFromJson):
-        first = dataclasses.fields(item)[0].name  # an item written from one name: {arm: liger}
-        example = getattr(item, "LIST_EXAMPLE", "")
-        check_list(key, value, dict, key, example, wrap=f"{{{{{first}: {{}}}}}}")
         problems, items = Problems(), []
+        with problems.check():
+            _check_list_shape(key, item, value)
+        if not isinstance(value, list):
+            problems.raise_if_any()
         for index, element in enumerate(value):
-            with problems.check():
-                items.append(item.from_mapping(element, f"{key}[{index}]"))
+            if isinstance(element, dict):  # any other item is named by the list's check
+                with problems.check():
+                    items.append(item.from_mapping(element, f"{key}[{index}]"))
         problems.raise_if_any()
         return items
     check_value(key, annotation, value)
     return value
+
+
+def _check_list_shape(key: str, item: Any, value: Any) -> None:
+    """`value` a list of `item`s (`rules.check_list`), a section's items each a mapping written from its first
+    setting (`{arm: liger}`)."""
+    if isinstance(item, type) and issubclass(item, StrictFromJson):
+        first = dataclasses.fields(item)[0].name
+        check_list(key, value, dict, key, getattr(item, "LIST_EXAMPLE", ""), wrap=f"{{{{{first}: {{}}}}}}")
+    else:
+        check_list(key, value, None)
 
 
 def _is_union(annotation: Any) -> bool:

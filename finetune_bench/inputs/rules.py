@@ -102,6 +102,17 @@ def check_list(
                 f"{key}[{index}] is {shape}, {element!r}: write the {item_name} in one flat list, e.g. {name}: "
                 f"[{example}]"
             )
+        elif element is None and item is not None:
+            problems.append(
+                f"{key}[{index}] is null (an item left empty, or its value commented out?): remove its line, or "
+                f"write it, e.g. {name}: [{example}]"
+            )
+        elif item is dict and not isinstance(element, dict):
+            one = wrap.format(element)  # `{arm: liger}`; in a block list `- arm: liger`
+            block = one.removeprefix("{").removesuffix("}")
+            problems.append(
+                f"{key}[{index}] must be a mapping, got {element!r}: write `- {block}` (or {one} inside [...])"
+            )
         elif item is not None and (not isinstance(element, item) or (isinstance(element, bool) and item is not bool)):
             problems.append(f"{key}[{index}] must be {item.__name__}, got {element!r}")
     if problems:

@@ -27,6 +27,30 @@ def test_an_on_off_mapping_of_arms_lists_the_wanted_ones():
     assert "arms must be a list, got the mapping" in problem and "(arms: [{arm: liger}])" in problem
 
 
+def test_arms_written_null_is_refused_as_a_list_left_empty():
+    """`arms: ~`, or every item commented out: the CLI could not convert it (a framework traceback); leaving `arms`
+    out is what gives the default arms."""
+    assert problems({"arms": None}) == [
+        "arms is null (is every item commented out?): write a list, e.g. arms: [{arm: liger}, {arm: baseline}], or "
+        "leave arms out for its default"
+    ]
+    assert problems({"n_runs": 2}) == [], "arms left out is its default"
+
+
+def test_arms_written_as_names_say_how_to_write_an_item():
+    assert problems({"arms": ["liger", "compile"]}) == [
+        "arms[0] must be a mapping, got 'liger': write `- arm: liger` (or {arm: liger} inside [...])",
+        "arms[1] must be a mapping, got 'compile': write `- arm: compile` (or {arm: compile} inside [...])",
+    ]
+
+
+def test_an_empty_item_and_an_empty_arm_are_each_named():
+    found = problems({"arms": [{"arm": None}, {"arm": "liger"}, None]})
+    assert "arms[0].arm must be str, got None" in found
+    assert any(p.startswith("arms[2] is null (an item left empty, or its value commented out?)") for p in found)
+    assert len(found) == 2
+
+
 def test_a_nested_list_of_arms_is_named():
     (problem,) = problems({"arms": [[{"arm": "liger"}]]})
     assert problem.startswith("arms[0] is a nested list")
