@@ -76,9 +76,10 @@ def plan_benchmark(
 ) -> BenchmarkPlan:
     """Validate the workflow's inputs (before anything is downloaded or trained) and plan every run, each with its
     predicted peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched).
-    Every problem is reported at once, one line each (`pyflyte run` prints them without a traceback). The plan (the
-    dry run's printout) goes to the task's log, with what a cluster execution will not keep
-    (`tasks.execution.cluster_notes`). The tasks after this one read the plan, not the loose inputs."""
+    Every problem is reported at once, one line each (`pyflyte run` prints them without a traceback). The plan goes to
+    the task's log, with what a cluster execution will not keep (`tasks.execution.cluster_notes`); a dry run's is its
+    conditions, its totals being the plan report's headline (`report_plan`), which a local run's console ends with.
+    The tasks after this one read the plan, not the loose inputs."""
     execution = RunSettings(
         concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh, alpha, accelerator
     )
@@ -99,7 +100,9 @@ def plan_benchmark(
     notes = "".join(
         f"\nnote: {note}" for note in [*component_notes(arms), *([] if dry_run else cluster_notes(results_store))]
     )
-    print(f"the plan:\n{plan_text(estimate)}{notes}", flush=True)
+    # A dry run ends with the plan report, whose headline (the totals) the console prints last
+    # (`workflows.console`): here its conditions only, so that no line is printed twice.
+    print(f"the plan:\n{plan_text(estimate, with_totals=not dry_run)}{notes}", flush=True)
     plan.runs = with_predictions(runs, estimate, skip_predicted_oom)
     return plan
 

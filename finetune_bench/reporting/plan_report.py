@@ -44,7 +44,9 @@ def shared_reasons(estimate: GridEstimate) -> dict[str, str]:
     return {verdict: next(iter(r)) for verdict, r in reasons.items() if len(r) == 1 and "" not in r}
 
 
-def _totals(estimate: GridEstimate) -> list[str]:
+def plan_totals(estimate: GridEstimate) -> list[str]:
+    """The plan's totals: the target GPU, the conditions by verdict and the runs, what is not launched, the GPU time
+    (and its cost) and the estimate's notes. The plan report's headline: a dry run's console ends with them."""
     e = estimate
     counts = pd.Series([c.verdict for c in e.conditions]).value_counts().to_dict()
     why = "".join(f"; {verdict}: {reason}" for verdict, reason in shared_reasons(e).items())
@@ -63,8 +65,9 @@ def _totals(estimate: GridEstimate) -> list[str]:
     return lines
 
 
-def plan_text(estimate: GridEstimate) -> str:
-    """The dry run's printout: a line per condition, then the totals. A verdict the figure alone does not explain
+def plan_text(estimate: GridEstimate, with_totals: bool = True) -> str:
+    """The plan as planning prints it: a line per condition, then the totals (`plan_totals`; without them,
+    `with_totals` False, where the plan report's headline says them). A verdict the figure alone does not explain
     (`unknown`, `oom at max length`) says why on its line, or once in the conditions line when every condition with
     that verdict has the same reason."""
     shared = shared_reasons(estimate)
@@ -83,7 +86,7 @@ def plan_text(estimate: GridEstimate) -> str:
             memory = memory.rstrip() + why
         speed = f" | {c.step_time_s:.2f} s/step, {c.tokens_per_second:,.0f} tok/s" if c.step_time_s is not None else ""
         lines.append(f"{c.condition_id}: {memory}{speed}")
-    return "\n".join(lines + [""] + _totals(estimate))
+    return "\n".join(lines + ([""] + plan_totals(estimate) if with_totals else []))
 
 
 def gib_text(size_bytes: float) -> str:
@@ -113,7 +116,8 @@ def what_would_be_measured(estimate: GridEstimate) -> dict[str, str]:
 def plan_report(estimate: GridEstimate) -> Report:
     """The dry run's report: what would run, what fits, how long, what it costs."""
     table = plan_table(estimate)
-    summary = "".join(f"<li>{html.escape(line)}</li>" for line in _totals(estimate))
+    totals = plan_totals(estimate)
+    summary = "".join(f"<li>{html.escape(line)}</li>" for line in totals)
     note = (
         "<p>A dry run: nothing was downloaded or trained. Peak memory is predicted per GPU from the model's config "
         "and the settings (docs/prediction.md); <b>fits</b> and <b>oom</b> hold even if the prediction is 10 % off, "
@@ -129,5 +133,5 @@ def plan_report(estimate: GridEstimate) -> Report:
             # the predicted peak's parts behind the toggle
             + compact_table_html(table.round(3), PLAN_KEY_COLUMNS, "the plan")
         },
-        headline=_totals(estimate)[1:2],
+        headline=totals,
     )

@@ -52,13 +52,20 @@ def test_a_local_run_ends_with_its_summary_not_its_outputs(tmp_path, monkeypatch
     output = _dry_run(tmp_path, monkeypatch)
     assert "DefaultNamedTupleOutput" not in output and "Empty DataFrame" not in output
     export = tmp_path / "export"
-    conditions, *paths = output.splitlines()[-3:]
-    assert conditions.startswith("conditions: 6 (5 fits, 1 oom at max length); runs: 18 (3 per condition)")
-    assert paths == [
+    lines = output.splitlines()
+    # the plan's conditions, then its totals (the plan report's headline) and where its files are, each line once
+    conditions = [line for line in lines if line.startswith("conditions: ")]
+    assert len(conditions) == 1, output
+    assert conditions[0].startswith("conditions: 6 (5 fits, 1 oom at max length); runs: 18 (3 per condition)")
+    assert len([line for line in lines if line.startswith("target GPU: ")]) == 1, output
+    assert len([line for line in lines if line.startswith("arm=baseline,per_device_train_batch_size=16: ")]) == 1
+    assert lines.index(conditions[0]) > max(i for i, line in enumerate(lines) if line.startswith("arm="))
+    assert lines[-3].startswith("GPU time: ") and lines[-2:] == [
         f"report: {(export / 'plan.html').resolve()}",
         f"results: {(export / 'plan.csv').resolve()}",
     ]
-    assert (export / SUMMARY_FILE).read_text().splitlines()[-2:] == ["report: plan.html", "results: plan.csv"]
+    summary = (export / SUMMARY_FILE).read_text().splitlines()
+    assert summary[1] == conditions[0] and summary[-2:] == ["report: plan.html", "results: plan.csv"]
 
 
 def test_verbose_prints_the_outputs_as_flytekit_does(tmp_path, monkeypatch):
