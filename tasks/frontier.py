@@ -16,7 +16,7 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.guide import memory_guide
-from finetune_bench.frontier.predicted import predicted_frontiers
+from finetune_bench.frontier.predicted import frontier_plan_report, plan_lines, predicted_frontiers
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
 from finetune_bench.frontier.search import FrontierResult, search_frontier
@@ -36,8 +36,6 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes
 from finetune_bench.prediction.grid import check_plan_settings, target_gpu
-from finetune_bench.reporting.benchmark_tabs.measured import measured_html
-from finetune_bench.reporting.html import Report, table_html
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.execution import cluster_notes
@@ -90,8 +88,9 @@ def plan_frontier(
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     notes = [] if dry_run or not measure_throughput else throughput_notes(results_store)
-    lines = [f"{arm_name(s.arm)}: {s.dimension} from {s.start} up to {s.cap}" for s in searches]
-    print("the plan:\n" + "\n".join([*lines, *(f"note: {note}" for note in notes)]), flush=True)
+    if not dry_run:  # a dry run's plan is printed with each search's prediction (`report_frontier_plan`)
+        lines = [f"{arm_name(s.arm)}: {s.dimension} from {s.start} up to {s.cap}" for s in searches]
+        print("the plan:\n" + "\n".join([*lines, *(f"note: {note}" for note in notes)]), flush=True)
     return FrontierPlan(searches, execution)
 
 
@@ -165,19 +164,15 @@ class FrontierReport(NamedTuple):
 def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memory_gib: float) -> FrontierOutputs:
     """The dry run's outputs: the predicted frontier of every search (in place of the frontier table), no probes,
     no throughput runs, and the plan report (frontier_plan.html, also the Deck). An empty `gpu_kind`: on a cluster,
-    the GPU the train tasks are registered with (`tasks.plan.predicted_accelerator`)."""
+    the GPU the train tasks are registered with (`tasks.plan.predicted_accelerator`). The task's log: a line per
+    search; the totals are the report's headline, which a local run's console ends with."""
     target = target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))
     table = predicted_frontiers(searches, target)
-    print(f"target GPU: {target.describe()}\n{table.to_string(index=False)}", flush=True)
+    print("the plan:\n" + "\n".join(plan_lines(table)), flush=True)
     # The header the frontier's report opens with, for what the searches would probe: nothing ran, so no versions.
     header = what_was_measured(searches, {}, None, None)
     header["hardware"] = f"{target.describe()}, predicted (nothing ran)"
-    intro = measured_html(header, "What would be measured") + (
-        f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
-        "is the largest size whose predicted peak reserved memory stays within what torch can reserve "
-        "(docs/prediction.md); a guided search starts just below it and needs about 4 probes.</p>"
-    )
-    report = Report(sections={"Plan": intro + table_html(table.round(2))})
+    report = frontier_plan_report(table, target, header)
     report_file, _, problems = publish(
         report, "frontier_plan.html", {"frontier_plan": table}, {}, title="Frontier plan"
     )

@@ -1,9 +1,12 @@
-"""The frontier workflow's dry run: where the memory model puts each search's frontier on the target GPU."""
+"""The frontier workflow's dry run: where the memory model puts each search's frontier on the target GPU, as a
+table, as the lines a console prints and as the plan's report."""
 
 import dataclasses
+import html
 
 import pandas as pd
 
+from finetune_bench.analysis.numbers import number_text
 from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.search import largest_predicted_fit
 from finetune_bench.frontier.settings import FrontierSearch, arm_name
@@ -11,6 +14,8 @@ from finetune_bench.prediction.gpus import GIB
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, Target, sequences_full
 from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import model_config, model_shape
+from finetune_bench.reporting.benchmark_tabs.measured import measured_html
+from finetune_bench.reporting.html import Report, table_html
 
 # Probes a guided search takes when the model is within its error band (3-4, confirmation included;
 # tests/frontier/test_frontier.py), for the GPU-time estimate.
@@ -46,3 +51,75 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
         row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# The verdicts of `predicted_frontiers`, as the totals count them (a verdict's words before its colon).
+FOUND = "found"
+NOT_PREDICTED = "not predicted"
+# The plan table's sizes in GiB, written with the digits that carry them (a tiny model's 0.0022, not 0.0).
+GIB_COLUMNS = ("predicted_peak_reserved_gib", "usable_gib")
+
+
+def gib_text(value: float) -> str:
+    """A size in GiB with one decimal, or two significant digits below 1 GiB; "–" where it is missing."""
+    return number_text(value, min_decimals=1)
+
+
+def _verdict(row: dict) -> str:
+    verdict = row.get("verdict")
+    return verdict if isinstance(verdict, str) and verdict else NOT_PREDICTED
+
+
+def plan_lines(table: pd.DataFrame) -> list[str]:
+    """One line per search of `predicted_frontiers`' table: what it searches, where the frontier is predicted and
+    the peak there, or why it is not predicted."""
+    lines = []
+    for row in table.to_dict("records"):
+        head = f"{row['arm']}, {row['dimension']} {row['start']} to {row['cap']}"
+        verdict = _verdict(row)
+        if verdict == NOT_PREDICTED:
+            lines.append(f"{head}: not predicted ({row.get('not_predicted') or 'no prediction'})")
+            continue
+        peak = f"{gib_text(row['predicted_peak_reserved_gib'])} GiB"
+        if verdict == FOUND:
+            lines.append(f"{head}: predicted frontier {int(row['predicted_frontier'])}, peak {peak}")
+        elif verdict.startswith("nothing fits"):
+            lines.append(f"{head}: {verdict} (peak {peak} at {row['start']})")
+        else:
+            lines.append(f"{head}: predicted frontier {int(row['predicted_frontier'])}, peak {peak}; {verdict}")
+    return lines
+
+
+def plan_totals(table: pd.DataFrame, target: Target) -> list[str]:
+    """The plan's totals: the target GPU and what torch can reserve of it, the searches by verdict, and the GPU time
+    of the guided searches (the plan report's headline: a dry run's console ends with them)."""
+    usable = table["usable_gib"].dropna() if "usable_gib" in table else pd.Series(dtype=float)
+    lines = [
+        f"target GPU: {target.describe()}"
+        + (f", {gib_text(usable.iloc[0])} GiB usable by torch" if len(usable) else "")
+    ]
+    verdicts = pd.Series([_verdict(row).split(":")[0] for row in table.to_dict("records")], dtype=object)
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in verdicts.value_counts(sort=False).items())
+    lines.append(f"searches: {len(table)}" + (f" ({counts})" if counts else ""))
+    seconds = table["predicted_gpu_seconds"].sum() if "predicted_gpu_seconds" in table else 0
+    if seconds:
+        lines.append(
+            f"GPU time: about {seconds:,.0f} GPU-seconds ({GUIDED_PROBES} probes a guided search, "
+            f"{RUN_OVERHEAD_S:.0f} s start-up each)"
+        )
+    return lines
+
+
+def frontier_plan_report(table: pd.DataFrame, target: Target, header: dict[str, str]) -> Report:
+    """The dry run's report: what would be measured (`header`), the totals, and each search's predicted frontier
+    (sizes in GiB with the digits that carry them); its headline, the totals."""
+    totals = plan_totals(table, target)
+    shown = table.assign(**{c: table[c].map(gib_text) for c in GIB_COLUMNS if c in table})
+    intro = measured_html(header, "What would be measured") + (
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in totals) + "</ul>"
+        f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
+        "is the largest size whose predicted peak reserved memory stays within what torch can reserve "
+        "(docs/prediction.md); a guided search starts just below it and needs about "
+        f"{GUIDED_PROBES} probes.</p>"
+    )
+    return Report(sections={"Plan": intro + table_html(shown)}, headline=totals)

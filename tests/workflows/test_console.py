@@ -35,14 +35,20 @@ def test_flag_inputs_are_declared_once(module, workflow, flags, monkeypatch):
         assert f"--{flag}" in result.output
 
 
-def _dry_run(tmp_path, monkeypatch, verbose: str = "") -> str:
+def _dry_run(
+    tmp_path,
+    monkeypatch,
+    verbose: str = "",
+    workflow: tuple[str, str] = ("workflows/benchmark.py", "benchmarking_experiment"),
+    inputs: str = "inputs/llama1b_random.yaml",
+) -> str:
     from flytekit.clis.sdk_in_container.pyflyte import main
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
     monkeypatch.setenv("FINETUNE_BENCH_VERBOSE", verbose)
-    args = ["run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", "inputs/llama1b_random.yaml"]
+    args = ["run", *workflow, "--inputs-file", inputs]
     result = CliRunner().invoke(main, [*args, "--dry_run", "--gpu_kind", "H100"])
     assert result.exit_code == 0, result.output
     return result.output
@@ -66,6 +72,34 @@ def test_a_local_run_ends_with_its_summary_not_its_outputs(tmp_path, monkeypatch
     ]
     summary = (export / SUMMARY_FILE).read_text().splitlines()
     assert summary[1] == conditions[0] and summary[-2:] == ["report: plan.html", "results: plan.csv"]
+
+
+def test_a_frontier_dry_run_prints_a_short_plan_and_ends_with_its_totals(tmp_path, monkeypatch):
+    workflow = ("workflows/frontier.py", "memory_frontier")
+    output = _dry_run(tmp_path, monkeypatch, workflow=workflow, inputs="inputs/frontier_smoke.yaml")
+    lines = output.splitlines()
+    plan = lines[lines.index("the plan:") + 1 :]
+    # a line per search with its prediction (a tiny model's peak keeps its digits), then the totals, once each
+    assert plan[:4] == [
+        "liger, per_device_train_batch_size 1 to 4: predicted frontier 4, peak 0.0022 GiB; the cap fits: the "
+        "frontier may lie higher",
+        "liger, max_seq_length 32 to 64: predicted frontier 64, peak 0.0022 GiB; the cap fits: the frontier may "
+        "lie higher",
+        "baseline, per_device_train_batch_size 1 to 4: predicted frontier 4, peak 0.0034 GiB; the cap fits: the "
+        "frontier may lie higher",
+        "baseline, max_seq_length 32 to 64: predicted frontier 64, peak 0.0023 GiB; the cap fits: the frontier may "
+        "lie higher",
+    ], output
+    assert plan[4].startswith("target GPU: H100") and plan[4].endswith(", 78.4 GiB usable by torch")
+    assert plan[5] == "searches: 4 (4 the cap fits)" and plan[6].startswith("GPU time: about 480 GPU-seconds")
+    export = tmp_path / "export"
+    assert plan[7:] == [
+        f"report: {(export / 'frontier_plan.html').resolve()}",
+        f"results: {(export / 'frontier_plan.csv').resolve()}",
+    ]
+    assert (export / SUMMARY_FILE).read_text().splitlines()[:3] == plan[4:7]  # the report's headline
+    page = (export / "frontier_plan.html").read_text()
+    assert "<td>0.0022</td>" in page and "<td>78.4</td>" in page  # never rounded to 0
 
 
 def test_verbose_prints_the_outputs_as_flytekit_does(tmp_path, monkeypatch):
