@@ -10,19 +10,17 @@ together.
 
 import dataclasses
 import inspect
-import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.rules import check_list, check_value
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson
 from finetune_bench.inputs.validation import check_grid_size
+from finetune_bench.inputs.yaml11 import yaml11_traps
 
 
 @dataclass
@@ -83,63 +81,6 @@ def section_pointer(key: str, interface: Mapping[str, tuple[Any, Any]], workflow
         if key in sections and other != workflow and workflow in _INSTEAD:
             return f": it is a section of {other}'s inputs, not of {workflow}'s; {_INSTEAD[workflow]}"
     return ""
-
-
-class ZeroPaddedInteger(int):
-    """An integer YAML 1.1 read from a zero-padded spelling (`032`, octal: 26), remembering that spelling."""
-
-    spelled: str = ""
-    line: int = 0
-
-
-_OCTAL = re.compile(r"[-+]?0[0-7_]+")
-# A number's second half after a decimal comma in a flow list (`[2,0e-5]` is the items 2 and '0e-5').
-_AFTER_DECIMAL_COMMA = re.compile(r"\d+([eE][-+]?\d+)?")
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    """YAML 1.1's integer, marked when it was zero-padded (PyYAML reads `032` as the octal 26)."""
-    value = loader.construct_yaml_int(node)
-    if node.style is None and _OCTAL.fullmatch(str(node.value)):
-        marked = ZeroPaddedInteger(value)
-        marked.spelled, marked.line = str(node.value), node.start_mark.line + 1
-        return marked
-    return value
-
-
-# Installed where the inputs are read (the workflow modules import this one before the CLI reads a file): every other
-# integer reads as before, a plain int.
-yaml.SafeLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-
-
-def yaml11_traps(data: Any, key: str = "") -> list[str]:
-    """The values of an inputs file that YAML 1.1 read as something else than what was written: a zero-padded integer
-    (octal), a number with a decimal comma split into two items of a list. (`no`/`yes`/`on`/`off` read as booleans,
-    and a decimal comma outside a list, are named where a string or a number is wanted: `rules.check_type`.)"""
-    problems = []
-    if isinstance(data, ZeroPaddedInteger):
-        problems.append(
-            f"{key}: {data.spelled} (line {data.line}) is read by YAML 1.1 as the octal number {int(data)}; write "
-            f"{int(data.spelled.replace('_', ''), 10)} without the leading zero, or quote it ('{data.spelled}') if "
-            "text is meant"
-        )
-    elif isinstance(data, dict):
-        for name, value in data.items():
-            problems += yaml11_traps(value, f"{key}.{name}" if key else str(name))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            previous = data[index - 1] if index else None
-            if isinstance(value, str) and _AFTER_DECIMAL_COMMA.fullmatch(value) and is_plain_int(previous):
-                problems.append(
-                    f"{key}: {previous}, {value!r} (items {index - 1} and {index}) look like one number with a decimal "
-                    f"comma, which YAML reads as two items; write {previous}.{value}"
-                )
-            problems += yaml11_traps(value, f"{key}[{index}]")
-    return problems
-
-
-def is_plain_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _read(key: str, annotation: Any, value: Any) -> Any:

@@ -160,8 +160,10 @@ def check_type(key: str, annotation: Any, value: Any) -> None:
         if name == "float" and isinstance(value, str) and _looks_like_float(value):
             # PyYAML (YAML 1.1) reads 2e-5 as a string: the float needs a dot in the mantissa.
             hint = f" (in YAML write {float(value)!r} or a mantissa with a dot, e.g. 2.0e-5)"
-        elif name in ("float", "int") and isinstance(value, str) and _DECIMAL_COMMA.fullmatch(value.strip()):
-            hint = f" (a decimal comma: write {value.strip().replace(',', '.', 1)})"
+        elif name in ("float", "int") and getattr(value, "joined", ""):  # an item of `[1,089]`: `yaml11` names it
+            hint = f" (an item of {value.joined}, which YAML reads as several)"
+        elif name in ("float", "int") and isinstance(value, str):
+            hint = _number_as_text_hint(name, value.strip())
         elif name == "str" and isinstance(value, bool):
             words, example = ("yes, on or true", "yes") if value else ("no, off or false", "no")
             hint = f" (YAML 1.1 reads an unquoted {words} as {str(value).lower()}: quote it, e.g. '{example}')"
@@ -170,6 +172,28 @@ def check_type(key: str, annotation: Any, value: Any) -> None:
 
 # A number written with a decimal comma (`2,0e-5`): YAML reads it as a string, or in a flow list as two items.
 _DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+([eE][-+]?\d+)?")
+# With thousands separators (`1,024`, `1,048,576`), and zero-padded with an 8 or a 9 (`0128`: not octal, so text).
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+")
+_ZERO_PADDED = re.compile(r"[-+]?0+(\d+)")
+
+
+def _number_as_text_hint(name: str, text: str) -> str:
+    """What to write for a number YAML read as text: one with a thousands separator, a decimal comma, a leading
+    zero; "" for other text."""
+    if _THOUSANDS.fullmatch(text):
+        digits = text.replace(",", "")
+        if name == "int":
+            return f" (a thousands separator: write {digits})"
+        if text.count(",") > 1:
+            return f" (thousands separators: write {digits})"
+        return f" (a thousands separator or a decimal comma: write {digits}, or {text.replace(',', '.')})"
+    if _DECIMAL_COMMA.fullmatch(text):
+        return f" (a decimal comma: write {text.replace(',', '.', 1)})"
+    zero_padded = _ZERO_PADDED.fullmatch(text)
+    if zero_padded:
+        sign = "-" if text.startswith("-") else ""
+        return f" (write {sign}{zero_padded.group(1)} without the leading zero)"
+    return ""
 
 
 def is_integer(value: Any) -> bool:
