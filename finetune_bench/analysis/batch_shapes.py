@@ -2,13 +2,16 @@
 and the runs whose mean was moved by a few slow steps (`measuring.steady_state` measures both figures per run).
 
 An arm's advantage *depends on shapes* when its steady-state ratio against the baseline and its all-steps ratio
-differ by more than the A/A noise floor at that point (`SHAPE_MARGIN` where the grid has no A/A arm). A run is
-*skewed* when its steady-state throughput and its all-steps throughput differ by more than the same margin.
+differ by more than the A/A noise floor at that point (`SHAPE_MARGIN` where the grid has no A/A arm) and some run of
+the comparison (the arm's or the baseline's, at that point) met a new batch shape; where none did, a few slow steps
+moved the mean, which the skewed runs show. A run is *skewed* when its steady-state throughput and its all-steps
+throughput differ by more than the same margin.
 """
 
 import pandas as pd
 
-from finetune_bench.inputs.arms import BASELINE_REPEAT
+from finetune_bench.analysis.numbers import number_text
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.results.record import OK
 
 # Where the grid has no A/A arm: a disagreement of more than this fraction is worth a word.
@@ -16,9 +19,16 @@ SHAPE_MARGIN = 0.03
 # How a user makes batch shapes repeat, said wherever an arm's figure depends on them.
 REMEDY = (
     "`pad_to_multiple_of: 64` makes padded batches repeat a few lengths; `packing: true` fills every row to "
-    "max_seq_length (one shape). Measured on H100s with torch 2.11, SDPA's cuDNN attention pays for each new length "
-    "(`attention: efficient` pays almost nothing per length, at a lower steady throughput: docs/measurements.md)"
+    "max_seq_length (one shape)"
 )
+# Said where the runs trained on a GPU with attention SDPA may run on cuDNN (`sdpa`, or `cudnn` itself): what was
+# measured there.
+CUDNN_NOTE = (
+    "on H100s with torch 2.11, SDPA's cuDNN attention was measured to pay for each new length, and `attention: "
+    "efficient` almost nothing per length at a lower steady throughput (docs/measurements.md)"
+)
+# The attention settings under which SDPA may pick cuDNN's kernel.
+CUDNN_ATTENTIONS = ("sdpa", "cudnn")
 
 
 def _margin(row: dict) -> float:
@@ -30,10 +40,35 @@ def _at(row: dict, others: list[str]) -> str:
     return ", ".join(f"{axis} {row[axis]}" for axis in others)
 
 
+def _runs_at(table: pd.DataFrame, arm: str, row: dict, others: list[str]) -> pd.DataFrame:
+    """The ok runs of `arm` at the point of the other axes that `row` is at."""
+    runs = table[(table["arm"] == arm) & (table["status"] == OK)]
+    for axis in others:
+        runs = runs[runs[axis] == row[axis]]
+    return runs
+
+
+def _may_run_cudnn(runs: pd.DataFrame) -> bool:
+    """Whether some of `runs` trained on a GPU with an attention setting under which SDPA may run cuDNN's kernel."""
+    on_gpu = runs.get("device", pd.Series("", index=runs.index)).astype(str).str.startswith("cuda")
+    attention = runs.get("attention", pd.Series("sdpa", index=runs.index)).astype(str).isin(CUDNN_ATTENTIONS)
+    return bool((on_gpu & attention).any())
+
+
+def _cost_text(arm: str, runs: pd.DataFrame) -> str:
+    """The new-shape steps a run of `arm` met (the median over `runs`) and what they took beyond their expected
+    time, where that is known."""
+    text = f"{arm} {runs['new_shape_steps'].median():g} new-shape step(s) a run"
+    cost = runs["new_shape_cost_s"].median() if "new_shape_cost_s" in runs else float("nan")
+    return text + (f", {number_text(cost)} s beyond their expected time" if pd.notna(cost) else "")
+
+
 def shape_dependence(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) -> list[str]:
     """One sentence per arm and point of the other axes whose steady-state ratio and all-steps ratio differ by more
-    than the margin: both ratios, the new shapes each side's runs met and what they cost, and the remedy."""
-    if paired.empty or "steady_throughput_ratio" not in paired:
+    than the margin and where some run of the arm or the baseline met a new batch shape: both ratios (with the
+    digits that carry them), the new shapes each side's runs met and what they cost, and how to make shapes repeat
+    (with what was measured of cuDNN's attention where the runs may have run it)."""
+    if paired.empty or "steady_throughput_ratio" not in paired or "new_shape_steps" not in table:
         return []
     others = [axis for axis in swept if axis != "arm"]
     lines = []
@@ -43,22 +78,17 @@ def shape_dependence(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]
             continue
         if abs(steady / overall - 1) <= _margin(row):
             continue
+        sides = {arm: _runs_at(table, arm, row, others) for arm in (row["arm"], BASELINE)}
+        if not any((runs["new_shape_steps"] > 0).any() for runs in sides.values()):
+            continue  # no new shape: a few slow steps moved the mean (the skewed runs)
+        costs = [_cost_text(arm, runs) for arm, runs in sides.items() if not runs.empty]
         where = _at(row, others)
-        costs = []
-        for arm in (row["arm"], "baseline"):
-            runs = table[(table["arm"] == arm) & (table["status"] == OK)]
-            for axis in others:
-                runs = runs[runs[axis] == row[axis]]
-            if not runs.empty and "new_shape_steps" in runs:
-                costs.append(
-                    f"{arm} {runs['new_shape_steps'].median():g} new-shape step(s) a run, "
-                    f"{runs['new_shape_cost_s'].median():.2g} s beyond their expected time"
-                )
+        cudnn = f"; {CUDNN_NOTE}" if any(_may_run_cudnn(runs) for runs in sides.values()) else ""
         lines.append(
             f"{row['arm']}'s advantage depends on batch shapes{' at ' + where if where else ''}: "
-            f"×{steady:.2f} at the steady state, ×{overall:.2f} over all timed steps"
+            f"×{number_text(steady)} at the steady state, ×{number_text(overall)} over all timed steps"
             + (f" ({'; '.join(costs)})" if costs else "")
-            + f". A long run on padded data pays each new length once; {REMEDY}."
+            + f". A run on padded data pays for each new batch shape once; {REMEDY}{cudnn}."
         )
     return lines
 

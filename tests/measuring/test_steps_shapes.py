@@ -194,7 +194,9 @@ def test_several_ranks_steady_rate_is_their_tokens_over_the_slowest_rank_s_stead
     assert metrics["timing_skew"] == pytest.approx(5.0 / 4.0 - 1)
 
 
-def _table(liger_steady: float, liger_all: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _table(
+    liger_steady: float, liger_all: float, new_shape_steps: float = 4.0, device: str = "cpu"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = []
     for arm, steady, overall in (("baseline", 1000.0, 1000.0), ("liger", liger_steady, liger_all)):
         for run in range(3):
@@ -208,8 +210,10 @@ def _table(liger_steady: float, liger_all: float) -> tuple[pd.DataFrame, pd.Data
                     tokens_per_second=overall,
                     steady_tokens_per_second=steady,
                     timing_skew=steady / overall - 1,
-                    new_shape_steps=4.0,
-                    new_shape_cost_s=1.2,
+                    new_shape_steps=new_shape_steps,
+                    new_shape_cost_s=1.2 if new_shape_steps else 0.0,
+                    device=device,
+                    attention="sdpa",
                     outlier_steps=1.0,
                     slow_steps="step 3",
                 )  # fmt: skip
@@ -234,12 +238,29 @@ def test_the_summary_says_when_an_arm_s_advantage_depends_on_batch_shapes():
     (line,) = shape_dependence(paired, table, swept)
     assert line.startswith("liger's advantage depends on batch shapes at per_device_train_batch_size 8: ×1.30")
     assert "×1.11 over all timed steps" in line and "pad_to_multiple_of" in line and "packing: true" in line
-    assert "liger 4 new-shape step(s) a run, 1.2 s" in line
+    assert "liger 4 new-shape step(s) a run, 1.20 s" in line
+    assert "cuDNN" not in line and "H100" not in line  # CPU runs: nothing said of a GPU's attention kernel
     skewed = skewed_runs(table, paired, swept)
     assert list(skewed["arm"]) == ["liger"] * 3  # the baseline's runs agree with their steady state
     # within the margin: nothing said
     table, paired = _table(liger_steady=1310.0, liger_all=1300.0)
     assert shape_dependence(paired, table, swept) == [] and skewed_runs(table, paired, swept).empty
+
+
+def test_a_small_ratio_keeps_its_digits_and_gpu_runs_hear_what_was_measured_of_cudnn():
+    swept = ["arm", "per_device_train_batch_size"]
+    table, paired = _table(liger_steady=62.0, liger_all=48.0, device="cuda:0")
+    (line,) = shape_dependence(paired, table, swept)
+    assert "×0.062 at the steady state, ×0.048 over all timed steps" in line  # never ×0.06 or ×0.05
+    assert "SDPA's cuDNN attention was measured to pay for each new length" in line
+
+
+def test_without_a_new_batch_shape_nothing_is_said_of_shapes():
+    # the ratios disagree, but no run met a new shape: a few slow steps moved the mean (the skewed runs say so)
+    swept = ["arm", "per_device_train_batch_size"]
+    table, paired = _table(liger_steady=1300.0, liger_all=1106.0, new_shape_steps=0.0, device="cuda:0")
+    assert shape_dependence(paired, table, swept) == []
+    assert list(skewed_runs(table, paired, swept)["arm"]) == ["liger"] * 3
 
 
 def test_outlier_factor_is_what_the_metric_s_description_says():
