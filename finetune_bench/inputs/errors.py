@@ -71,38 +71,82 @@ class Problems:
 
 
 def closest(name: str, valid: list[str]) -> str:
-    """` (did you mean 'x'?)` for the closest valid name other than `name` itself, or nothing; followed by what
-    tells them apart when it cannot be seen (`invisible_difference`)."""
+    """` (did you mean 'x'?)` for the closest valid name other than `name` itself, followed by what tells them apart
+    when it cannot be seen (`invisible_difference`); without a close name, the characters of `name` outside ASCII
+    (`odd_characters`); or nothing."""
     others = [v for v in valid if v != name]
     match = difflib.get_close_matches(name, others, n=1, cutoff=0.5)
     if not match:  # a prefix or a fragment: `dataset` for `dataset_name`
         match = [v for v in others if v.startswith(name) or name in v][:1]
-    return f" (did you mean {match[0]!r}?){invisible_difference(name, match[0])}" if match else ""
+    if not match:
+        return odd_characters(name)
+    return f" (did you mean {match[0]!r}?){invisible_difference(name, match[0])}"
 
 
 def invisible_difference(written: str, known: str) -> str:
-    """What sets `written` apart from `known` when they look alike: spaces around it, or characters outside ASCII
-    (a Cyrillic 'а', U+0430, for a Latin 'a') where `known` has others; "" when they differ visibly."""
+    """What sets `written` apart from `known` when they look alike: spaces around it, characters outside ASCII (a
+    Cyrillic 'а', U+0430, where `known` has a Latin 'a'), characters that do not show (U+200B ZERO WIDTH SPACE), each
+    by code point and name; "" when they differ visibly and `written` is all ASCII."""
     if not isinstance(written, str) or written == known:
         return ""
-    if written.strip() == known:
-        where = [
-            side
-            for side, spaced in (("before", written.lstrip() != written), ("after", written.rstrip() != written))
-            if spaced
-        ]
-        return f"; {written!r} has {' and '.join(f'a space {side}' for side in where)} it"
     core = written.strip()
-    if len(core) != len(known):
+    where = [
+        f"{_space(spaced)} {side}"
+        for side, spaced in (
+            ("before", written[: len(written) - len(written.lstrip())]),
+            ("after", written[len(written.rstrip()) :]),
+        )
+        if spaced
+    ]
+    spaces = f" and {' and '.join(where)} it" if where else ""
+    if core == known:
+        return f"; {written!r} has {' and '.join(where)} it"
+    if len(core) == len(known):
+        swapped = [(c, k) for c, k in zip(core, known, strict=True) if c != k]
+        if swapped and all(ord(c) >= 128 for c, _ in swapped):
+            spelled = ", ".join(f"{_code_point(c)} where {known!r} has {k!r}" for c, k in swapped)
+            return f"; {written!r} has {spelled}{spaces}"
+    odd = odd_characters(core, written)
+    if odd and where:
+        return f"{odd}, and {' and '.join(where)} it"
+    return odd or (f"; {written!r} has {' and '.join(where)} it" if where else "")
+
+
+def odd_characters(text: str, shown: str | None = None) -> str:
+    """`; 'text' has U+200B (ZERO WIDTH SPACE), which does not show`: every character of `text` outside ASCII, or
+    one that does not show, by code point and name, in order, each once; "" when it has none. `shown`: the text
+    the message quotes (default `text`)."""
+    if not isinstance(text, str):
         return ""
-    swapped = [(c, k) for c, k in zip(core, known, strict=True) if c != k]
-    if not swapped or any(ord(c) < 128 for c, _ in swapped):
+    odd = [c for c in dict.fromkeys(text) if ord(c) >= 128 or not c.isprintable()]
+    if not odd:
         return ""
-    spelled = ", ".join(
-        f"U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')}) where {known!r} has {k!r}" for c, k in swapped
-    )
-    spaces = " and spaces around it" if core != written else ""
-    return f"; {written!r} has {spelled}{spaces}"
+    named = ", ".join(_code_point(c) + (", which does not show" if _hidden(c) else "") for c in odd)
+    return f"; {text if shown is None else shown!r} has {named}"
+
+
+def shown_name(name: object) -> str:
+    """A key or name as a message shows it: quoted, with its escapes, when it has spaces around it or a character
+    that does not show (`'max_\\u200bsteps'`); as written otherwise."""
+    if isinstance(name, str) and (name != name.strip() or any(_hidden(c) for c in name)):
+        return repr(name)
+    return str(name)
+
+
+def _hidden(character: str) -> bool:
+    return not character.isprintable() or (character.isspace() and character != " ")
+
+
+def _code_point(character: str) -> str:
+    return f"U+{ord(character):04X} ({unicodedata.name(character, 'unnamed')})"
+
+
+def _space(spaces: str) -> str:
+    """Spaces before or after a word, as a message names them: `a space`, `2 spaces`, or by code point when other
+    than ASCII's."""
+    if set(spaces) == {" "}:
+        return "a space" if len(spaces) == 1 else f"{len(spaces)} spaces"
+    return " and ".join(_code_point(c) for c in spaces)
 
 
 def refuse_spellings_of_one_value(key: str, values: list, canonical: Callable[[Any], Hashable], same: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from finetune_bench.inputs.errors import Problems, SpecError, closest
+from finetune_bench.inputs.errors import Problems, SpecError, closest, shown_name
 from finetune_bench.inputs.rules import check_list, check_value
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson
 from finetune_bench.inputs.validation import check_grid_size
@@ -43,7 +43,7 @@ def read_inputs(data: Mapping[str, Any], interface: Mapping[str, tuple[Any, Any]
         with problems.check():
             if key not in interface:
                 hint = section_pointer(str(key), interface, workflow) or closest(str(key), list(interface))
-                raise SpecError(f"{key} is not an input of {workflow}{hint}")
+                raise SpecError(f"{shown_name(key)} is not an input of {workflow}{hint}")
             read.values[key] = _read(str(key), interface[key][0], value)
         if problems.found:
             read.problems.extend(p for p in problems.found if p not in read.problems)

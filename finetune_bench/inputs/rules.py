@@ -6,6 +6,7 @@ metadata; `check_fields` applies them. A rule raises a SpecError naming the key 
 """
 
 import dataclasses
+import difflib
 import functools
 import math
 import re
@@ -56,8 +57,10 @@ def fraction(default: float) -> Any:
 def choice(default: Any, choices: Collection[Any]) -> Any:
     def rule(key: str, value: Any) -> None:
         if value not in choices:
-            alike = [invisible_difference(value, c) for c in choices if isinstance(c, str)]
-            raise SpecError(f"{key} must be one of {list(choices)}, got {value!r}{next((a for a in alike if a), '')}")
+            names = [c for c in choices if isinstance(c, str)]
+            nearest = difflib.get_close_matches(value, names, n=1, cutoff=0) if isinstance(value, str) else []
+            unseen = invisible_difference(value, nearest[0]) if nearest else ""
+            raise SpecError(f"{key} must be one of {list(choices)}, got {value!r}{unseen}")
 
     return setting(default, rule)
 

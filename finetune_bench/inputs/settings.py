@@ -25,7 +25,7 @@ from finetune_bench.inputs.catalog import (
     PARALLELISMS,
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
-from finetune_bench.inputs.errors import Problems, SpecError, closest
+from finetune_bench.inputs.errors import Problems, SpecError, closest, shown_name
 from finetune_bench.inputs.model_checks import check_scheduler
 from finetune_bench.inputs.model_overrides import (
     check_config_overrides_syntax,
@@ -396,9 +396,8 @@ def check_section(cls: type, section: str, data: Any) -> None:
                     suggestion = tutorial.suggestion
                 else:
                     suggestion = closest(str(key), list(annotations))
-                # A key with spaces around it is quoted, so that they show.
-                shown = repr(key) if isinstance(key, str) and key != key.strip() else key
-                raise SpecError(f"{section}.{shown} is not a setting{suggestion}")
+                # A key with spaces around it, or a character that does not show, is quoted with its escapes.
+                raise SpecError(f"{section}.{shown_name(key)} is not a setting{suggestion}")
             if cls is ExperimentArgs:
                 if not isinstance(value, list):
                     raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")

@@ -40,3 +40,38 @@ def test_a_choice_and_a_key_that_differ_invisibly_say_how():
         "training_args.'max_steps ' is not a setting (did you mean 'max_steps'?); 'max_steps ' has a space after it"
         in problems
     )
+
+
+def test_a_character_that_does_not_show_is_named_whatever_the_lengths():
+    assert invisible_difference("max_\u200bsteps", "max_steps") == (
+        "; 'max_\\u200bsteps' has U+200B (ZERO WIDTH SPACE), which does not show"
+    )
+    assert invisible_difference("plain_loop\xa0", "plain_loop") == (
+        "; 'plain_loop\\xa0' has U+00A0 (NO-BREAK SPACE) after it"
+    )
+    assert (
+        invisible_difference("r\u00f6pe", "rope")
+        == "; 'r\u00f6pe' has U+00F6 (LATIN SMALL LETTER O WITH DIAERESIS) where 'rope' has 'o'"
+    )
+    assert invisible_difference("rms\u2010norm", "rms_norm") == (
+        "; 'rms\u2010norm' has U+2010 (HYPHEN) where 'rms_norm' has '_'"
+    )
+    assert invisible_difference("swi\u200dglu ", "swiglu") == (
+        "; 'swi\\u200dglu ' has U+200D (ZERO WIDTH JOINER), which does not show, and a space after it"
+    )
+    assert closest("qu\u200bux", ["model_name"]) == "; 'qu\\u200bux' has U+200B (ZERO WIDTH SPACE), which does not show"
+    assert closest("quux", ["model_name"]) == ""
+
+
+def test_a_key_with_a_character_that_does_not_show_is_shown_escaped():
+    with pytest.raises(SpecError) as error:
+        TrainingArgs.from_mapping({"seed\u2060": 3, "optim": "sgd\u00ad", "dtype": "bfl\u200boat16"})
+    assert error.value.problems == [
+        "training_args.'seed\\u2060' is not a setting (did you mean 'seed'?); 'seed\\u2060' has U+2060 (WORD JOINER), "
+        "which does not show",
+        "training_args.optim must be one of ['adamw_torch', 'adamw_torch_fused', 'sgd', 'adafactor', 'adagrad', "
+        "'rmsprop', 'adamw_8bit'], got 'sgd\\xad'; 'sgd\\xad' has U+00AD (SOFT HYPHEN), which does not show",
+        "training_args.dtype must be one of ['auto', 'bfloat16', 'float16', 'float32'], got 'bfl\\u200boat16'; "
+        "'bfl\\u200boat16' has U+200B (ZERO WIDTH SPACE), which does not show",
+    ]
+    assert "\u2060" not in str(error.value) and "\u200b" not in str(error.value), "every one is escaped"
