@@ -39,6 +39,7 @@ from finetune_bench.prediction.grid import check_plan_settings, target_gpu
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.execution import cluster_notes
+from tasks.inputs_yaml import inputs_file_argument
 from tasks.plan import PLANNING_TASK, check_output_locations, check_wandb_key, checked, predicted_accelerator
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
@@ -170,7 +171,7 @@ def report_frontier_plan(searches: list[FrontierSearch], gpu_kind: str, gpu_memo
     table = predicted_frontiers(searches, target)
     print("the plan:\n" + "\n".join(plan_lines(table)), flush=True)
     # The header the frontier's report opens with, for what the searches would probe: nothing ran, so no versions.
-    header = what_was_measured(searches, {}, None, None)
+    header = what_was_measured(searches, {"inputs_file": inputs_file_argument()}, None, None)
     header["hardware"] = f"{target.describe()}, predicted (nothing ran)"
     report = frontier_plan_report(table, target, header)
     report_file, _, problems = publish(
@@ -193,7 +194,7 @@ def report_frontier(
     and the problems that left a measured throughput run unstored, unlogged or unexported. With the throughput
     runs' `execution`, the report opens with what a cluster execution did not keep of them (`throughput_notes`)."""
     throughput = analyze_grid(planned, *unpack(outputs))
-    report = build_frontier_report(searches, results, throughput)
+    report = build_frontier_report(searches, results, throughput, inputs_file_argument())
     notes = throughput_notes(execution.results_store) if planned and execution is not None else []
     if notes:
         warnings = "".join(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>' for note in notes)
@@ -201,6 +202,9 @@ def report_frontier(
     frontiers, probes = frontier_table(searches, results), probes_table(results)
     tables = {"frontiers": frontiers, "probes": probes, "throughput": throughput.table}
     environment = next((r.environment for r in results if r is not None and r.environment), {})
-    records = {"environment": {**provenance(throughput, planned), "environment": environment or throughput.environment}}
+    environment = dict(environment or throughput.environment)
+    if inputs_file_argument():  # a local run: environment.json names the inputs file it was given
+        environment["inputs_file"] = inputs_file_argument()
+    records = {"environment": {**provenance(throughput, planned), "environment": environment}}
     report_file, _, export_problems = publish(report, "frontier_report.html", tables, records, title="Memory frontier")
     return FrontierReport(frontiers, probes, throughput.table, report_file, throughput.problems + export_problems)

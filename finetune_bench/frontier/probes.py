@@ -23,6 +23,7 @@ def probe_outcome(result: RunResult) -> ProbeOutcome:
         process_peak_rss_bytes=result.metrics.get("process_peak_rss_bytes"),
         error_tail=result.error_tail,
         environment=dict(result.environment),
+        measured_at=result.details.get("measured_at", ""),
     )
 
 

@@ -37,7 +37,13 @@ from finetune_bench.frontier.settings import (
 from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, grid_report
 from finetune_bench.reporting.benchmark_tabs.environment import KEY_ENVIRONMENT
-from finetune_bench.reporting.benchmark_tabs.measured import device_text, measured_html, settings_text, versions_text
+from finetune_bench.reporting.benchmark_tabs.measured import (
+    device_text,
+    measured_at_text,
+    measured_html,
+    settings_text,
+    versions_text,
+)
 from finetune_bench.reporting.html import (
     Report,
     arm_palette,
@@ -124,7 +130,7 @@ def probes_table(results: list[FrontierResult | None]) -> pd.DataFrame:
             row.update(value=probe.value, phase=probe.phase, attempt=probe.attempt, status=probe.status)
             row["wall_time_s"] = probe.wall_time_s
             row.update({column: _gib(getattr(probe, key)) for key, column in _MEMORY_COLUMNS.items()})
-            row.update(reason=probe.reason, error_tail=probe.error_tail)
+            row.update(measured_at=probe.measured_at, reason=probe.reason, error_tail=probe.error_tail)
             rows.append(row)
     columns = ["arm", "dimension", "at", "probe", "value", "phase", "attempt", "status", "wall_time_s"]
     table = pd.DataFrame(rows, columns=None if rows else columns)
@@ -293,11 +299,16 @@ def _range_text(search: FrontierSearch) -> str:
 
 
 def what_was_measured(
-    searches: list[FrontierSearch], environment: dict[str, str], gpu_memory_gib: float | None, fake: str | None
+    searches: list[FrontierSearch],
+    environment: dict[str, str],
+    gpu_memory_gib: float | None,
+    fake: str | None,
+    runs: pd.DataFrame | None = None,
 ) -> dict[str, str]:
     """The report's header: the hardware, whether its memory was simulated (`fake`: the fake memory model's
-    capacity, None where it was off), the model and the settings the probes trained with, what was searched, the
-    steps of a probe and the versions, those the searches and their environment record carry."""
+    capacity, None where it was off), the model, dataset and settings the probes trained with, what was searched,
+    the steps of a probe, when the probes and throughput runs (`runs`, with their `measured_at`) ran, the versions
+    and the code, and the inputs file, those the searches and their environment record carry."""
     settings = [search.training_args for search in searches]
     steps = settings_text(settings, "max_steps")
     return {
@@ -307,11 +318,14 @@ def what_was_measured(
             "memory, not the device"
         ),
         "model": settings_text(settings, "model_name"),
+        "dataset": settings_text(settings, "dataset_name"),
         "backend": settings_text(settings, "backend"),
         "dtype": settings_text(settings, "dtype"),
         "searched": "; ".join(dict.fromkeys(_range_text(search) for search in searches)),
         "steps": f"{steps} per probe" if steps else "",
+        "measured": measured_at_text(runs) if runs is not None else "",
         "versions": versions_text(environment),
+        "inputs file": environment.get("inputs_file", ""),
     }  # fmt: skip
 
 
@@ -319,11 +333,15 @@ def build_frontier_report(
     searches: list[FrontierSearch],
     results: list[FrontierResult | None],
     throughput: GridAnalysis | None = None,
+    inputs_file: str = "",
 ) -> Report:
-    """The report: frontiers and ratios, every probe, and throughput at the frontiers when it was measured."""
+    """The report: frontiers and ratios, every probe, and throughput at the frontiers when it was measured;
+    `inputs_file`: the file a local run was given (its header names it)."""
     frontiers = frontier_table(searches, results)
     probes = probes_table(results)
-    environment = next((r.environment for r in results if r is not None and r.environment), {})
+    environment = dict(next((r.environment for r in results if r is not None and r.environment), {}))
+    if inputs_file:
+        environment["inputs_file"] = inputs_file
     gpu_memory_gib = _gib(environment.get("gpu_memory_bytes"))
     cpu = environment.get("device_type") == "cpu"
     fake = fake_memory_capacity(probes)
@@ -331,7 +349,11 @@ def build_frontier_report(
     seconds = "CPU seconds" if cpu else "GPU seconds"
     sections: dict[str, str] = {}
 
-    summary = [measured_html(what_was_measured(searches, environment, gpu_memory_gib, fake))]
+    tables = [probes, throughput.table if throughput is not None else pd.DataFrame()]
+    times = [table["measured_at"] for table in tables if "measured_at" in table and not table.empty]
+    runs = pd.DataFrame({"measured_at": pd.concat(times, ignore_index=True) if times else pd.Series(dtype=str)})
+    header = what_was_measured(searches, environment, gpu_memory_gib, fake, runs)
+    summary = [measured_html(header)]
     if cpu:
         summary.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     if simulated:

@@ -56,6 +56,8 @@ class ProbeOutcome:
     process_peak_rss_bytes: float | None = None
     error_tail: str = ""
     environment: dict[str, str] = field(default_factory=dict)
+    # When the probe ran (UTC, as a benchmark run's `measured_at`; "" where it did not say).
+    measured_at: str = ""
 
 
 # The ProbeOutcome fields a Probe record keeps.
@@ -68,6 +70,7 @@ _MEASURED = (
     "nvml_process_peak_bytes",
     "process_peak_rss_bytes",
     "error_tail",
+    "measured_at",
 )
 
 
@@ -86,6 +89,7 @@ class Probe:
     nvml_process_peak_bytes: float | None = None
     process_peak_rss_bytes: float | None = None
     error_tail: str = ""
+    measured_at: str = ""
 
 
 @dataclass

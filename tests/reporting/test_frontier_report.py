@@ -24,10 +24,13 @@ class FakeMemoryProbe(FakeProbe):
         cpu = {"device_type": "cpu", "cpu": "x86_64", "torch": "2.13.0+cpu", "liger-kernel": "0.8.5",
                "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c"}  # fmt: skip
         rss = (0.5 + value / 1000) * GIB
+        when = f"2026-11-27 09:{len(self.calls):02d} UTC"
         if value > self.threshold:
             reason = f"out of memory at step 1: CUDA out of memory (fake memory model: {2 * value} > 64 token units)"
-            return ProbeOutcome(status="oom", reason=reason, wall_time_s=3.0, process_peak_rss_bytes=rss / 2)
-        return ProbeOutcome(status="ok", wall_time_s=3.0, process_peak_rss_bytes=rss, environment=cpu)
+            return ProbeOutcome(
+                status="oom", reason=reason, wall_time_s=3.0, process_peak_rss_bytes=rss / 2, measured_at=when
+            )
+        return ProbeOutcome(status="ok", wall_time_s=3.0, process_peak_rss_bytes=rss, environment=cpu, measured_at=when)
 
 
 def _simulated_report():
@@ -41,7 +44,7 @@ def _simulated_report():
         search_frontier(searches[0], FakeMemoryProbe(64, SEQ_LENGTH)),
         search_frontier(searches[1], FakeMemoryProbe(32, SEQ_LENGTH)),
     ]
-    return searches, results, build_frontier_report(searches, results)
+    return searches, results, build_frontier_report(searches, results, inputs_file="inputs/frontier_smoke.yaml")
 
 
 def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated_and_its_seconds_cpu_seconds():
@@ -54,11 +57,14 @@ def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated
         "hardware": "CPU (x86_64)",
         "memory": f"simulated: the fake memory model ({FAKE_MEMORY_ENV}=64) runs a probe out of memory, not the device",
         "model": "random:tiny-llama",
+        "dataset": "synthetic:alpaca",
         "backend": "plain_loop",
         "dtype": "auto",
         "searched": "sequence length 32 to 64 in steps of 32 at per_device_train_batch_size=1",
         "steps": "2 per probe",
+        "measured": "2026-11-27 09:01 UTC to " + max(p.measured_at for r in results for p in r.probes),
         "versions": "liger-kernel 0.8.5, torch 2.13.0+cpu, lockfile sha256 12ab43339895",
+        "inputs file": "inputs/frontier_smoke.yaml",
     }
     assert "Simulated out of memory." in summary and "CPU run." in summary
     assert (
@@ -103,3 +109,11 @@ def test_at_1400_px_no_table_of_the_frontier_report_scrolls_sideways(tmp_path):
     widths = table_widths(_simulated_report()[2].to_html(), tmp_path)
     assert {w["section"] for w in widths} == {"frontier", "probes"}
     assert [w for w in widths if w["scroll"] > w["client"]] == []
+
+
+def test_a_probe_keeps_when_its_run_was_measured():
+    from finetune_bench.frontier.probes import probe_outcome
+    from finetune_bench.results.record import RunResult
+
+    result = RunResult("c", 0, [], TrainingArgs(), "ok", details={"measured_at": "2026-11-27 09:00 UTC"})
+    assert probe_outcome(result).measured_at == "2026-11-27 09:00 UTC"

@@ -1,6 +1,7 @@
 """What `pyflyte run` prints around this project's workflows: no click warnings about flags declared twice, and a
 local run ending with its summary and where its files are, not a dump of its outputs (unless verbose)."""
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -48,8 +49,9 @@ def _dry_run(
     monkeypatch.setenv("FINETUNE_BENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FINETUNE_BENCH_EXPORT_DIR", str(tmp_path / "export"))
     monkeypatch.setenv("FINETUNE_BENCH_VERBOSE", verbose)
-    args = ["run", *workflow, "--inputs-file", inputs]
-    result = CliRunner().invoke(main, [*args, "--dry_run", "--gpu_kind", "H100"])
+    args = ["run", *workflow, "--inputs-file", inputs, "--dry_run", "--gpu_kind", "H100"]
+    monkeypatch.setattr(sys, "argv", ["pyflyte", *args])  # the command line a user's pyflyte has
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -100,6 +102,7 @@ def test_a_frontier_dry_run_prints_a_short_plan_and_ends_with_its_totals(tmp_pat
     assert (export / SUMMARY_FILE).read_text().splitlines()[:3] == plan[4:7]  # the report's headline
     page = (export / "frontier_plan.html").read_text()
     assert "<td>0.0022</td>" in page and "<td>78.4</td>" in page  # never rounded to 0
+    assert "<li>dataset: synthetic:alpaca</li>" in page and "<li>inputs file: inputs/frontier_smoke.yaml</li>" in page
 
 
 def test_verbose_prints_the_outputs_as_flytekit_does(tmp_path, monkeypatch):
