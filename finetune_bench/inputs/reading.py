@@ -44,7 +44,7 @@ def read_inputs(data: Mapping[str, Any], interface: Mapping[str, tuple[Any, Any]
             if key not in interface:
                 hint = section_pointer(str(key), interface, workflow) or closest(str(key), list(interface))
                 raise SpecError(f"{shown_name(key)} is not an input of {workflow}{hint}")
-            read.values[key] = _read(str(key), interface[key][0], value)
+            read.values[key] = _read(str(key), interface[key][0], value, _sections(interface, str(key)))
         if problems.found:
             read.problems.extend(p for p in problems.found if p not in read.problems)
             if key in interface:
@@ -83,7 +83,20 @@ def section_pointer(key: str, interface: Mapping[str, tuple[Any, Any]], workflow
     return ""
 
 
-def _read(key: str, annotation: Any, value: Any) -> Any:
+def _sections(interface: Mapping[str, tuple[Any, Any]], but: str) -> dict[str, type]:
+    """The settings sections of a workflow (input name → its dataclass, the item's for a list of them) other than
+    `but`: where a key that is not a setting of `but` may belong."""
+    sections = {}
+    for name, (annotation, _) in interface.items():
+        options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+        for option in options:
+            option = _list_item(option) or option
+            if name != but and isinstance(option, type) and issubclass(option, StrictFromJson):
+                sections[name] = option
+    return sections
+
+
+def _read(key: str, annotation: Any, value: Any, elsewhere: Mapping[str, type]) -> Any:
     """One input's value as its conversion would have it; a SpecError naming every problem of it."""
     options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
     (annotation,) = [option for option in options if option is not type(None)][:1] or (annotation,)
@@ -95,7 +108,7 @@ def _read(key: str, annotation: Any, value: Any) -> Any:
             _check_list_shape(key, item, value)
         return None
     if isinstance(annotation, type) and issubclass(annotation, StrictFromJson):
-        return annotation.from_mapping(value, key)
+        return annotation.from_mapping(value, key, elsewhere)
     if item is not None and isinstance(item, type) and issubclass(item, StrictFromJson):
         problems, items = Problems(), []
         with problems.check():
@@ -105,7 +118,7 @@ def _read(key: str, annotation: Any, value: Any) -> Any:
         for index, element in enumerate(value):
             if isinstance(element, dict):  # any other item is named by the list's check
                 with problems.check():
-                    items.append(item.from_mapping(element, f"{key}[{index}]"))
+                    items.append(item.from_mapping(element, f"{key}[{index}]", elsewhere))
         problems.raise_if_any()
         return items
     check_value(key, annotation, value)

@@ -7,6 +7,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +67,11 @@ class StrictFromJson:
             raise click.BadParameter(str(exc)) from None
 
     @classmethod
-    def from_mapping(cls, data: Any, section: str = ""):
+    def from_mapping(cls, data: Any, section: str = "", elsewhere: Mapping[str, type] | None = None):
         """The section read from `data` (its keys, their types, then `check`), every problem in one SpecError;
-        `section`: how the inputs spell where it came from (default `SECTION`)."""
-        check_section(cls, section or cls.SECTION, data)
+        `section`: how the inputs spell where it came from (default `SECTION`); `elsewhere`: the workflow's other
+        sections (name → class), where a key that is not a setting here is looked for."""
+        check_section(cls, section or cls.SECTION, data, elsewhere)
         value = cls(**data)
         value.check()
         return value
@@ -371,9 +373,10 @@ _RENAMED = {key: _LIGER_SWITCH_HINT for key in ("liger", *(k for k, e in TUTORIA
 _ALIASES = {"batch_size": "per_device_train_batch_size", "train_batch_size": "per_device_train_batch_size"}
 
 
-def check_section(cls: type, section: str, data: Any) -> None:
+def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None) -> None:
     """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping),
-    every one of them in one SpecError.
+    every one of them in one SpecError. An unknown key that is a setting of another section (`elsewhere`, the
+    workflow's other sections by name) is pointed there.
 
     `training_args` and `experiment_args` values are checked as settings (type and range); any other
     section's fields by their annotation (bool, int, float, str).
@@ -388,7 +391,10 @@ def check_section(cls: type, section: str, data: Any) -> None:
                 hint = _RENAMED.get(str(key)) if "arm" in annotations else None
                 alias = _ALIASES.get(str(key))
                 tutorial = TUTORIAL_KEYS.get(str(key)) if cls in (TrainingArgs, ExperimentArgs) else None
-                if hint:
+                pointer = _other_section(cls, str(key), elsewhere or {})
+                if pointer:
+                    suggestion = pointer
+                elif hint:
                     suggestion = f" (did you mean 'arm'? {hint})"
                 elif alias in annotations:
                     suggestion = f" (did you mean {alias!r}?)"
@@ -408,6 +414,26 @@ def check_section(cls: type, section: str, data: Any) -> None:
             else:
                 check_type(f"{section}.{key}", annotations[key], value)
     problems.raise_if_any()
+
+
+def _other_section(cls: type, key: str, elsewhere: Mapping[str, type]) -> str:
+    """Where `key`, not a setting of `cls`, goes: a training setting given as an axis cannot be swept; a setting of
+    another section of the workflow (`elsewhere`) is written under it; "" when neither."""
+    if cls is ExperimentArgs and key in _TRAINING_FIELDS:
+        return (
+            f": {key} is a training setting that cannot be swept; set one value for every condition under "
+            f"training_args: (training_args: {{{key}: ...}})"
+        )
+    sections = [
+        name
+        for name, other in elsewhere.items()
+        if other is not cls and key in {f.name for f in dataclasses.fields(other)}
+    ]
+    if not sections:
+        return ""
+    if len(sections) == 1:
+        return f": it is a setting of {sections[0]}; write it under {sections[0]}:"
+    return f": it is a setting of {' and '.join(sections)}; write it under the one it is meant for"
 
 
 def axis_names() -> list[str]:

@@ -3,7 +3,7 @@ a section of another workflow's inputs points at the frontier's own."""
 
 import pytest
 
-from finetune_bench.frontier.settings import FrontierArm, _check_arms
+from finetune_bench.frontier.settings import BatchSizeSearch, FrontierArm, ProbeSettings, SeqLengthSearch, _check_arms
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.reading import read_inputs
 from finetune_bench.inputs.settings import TrainingArgs
@@ -73,3 +73,32 @@ def test_a_training_setting_at_the_top_points_at_its_section():
     assert problem == (
         "max_steps is not an input of memory_frontier: it is a setting of training_args; write it under training_args:"
     )
+
+
+FRONTIER_INTERFACE = {
+    "training_args": (TrainingArgs, None),
+    "arms": (list[FrontierArm] | None, None),
+    "batch_size_search": (BatchSizeSearch, None),
+    "seq_length_search": (SeqLengthSearch, None),
+    "probes": (ProbeSettings, None),
+}
+
+
+def test_a_key_in_the_wrong_section_points_at_the_section_that_takes_it():
+    found = read_inputs(
+        {
+            "training_args": {"confirmations": 2, "cap": 64, "max_stepz": 3},
+            "probes": {"learning_rate": 1.0e-4},
+            "arms": [{"arm": "liger", "dtype": "float32"}],
+        },
+        FRONTIER_INTERFACE,
+        "memory_frontier",
+    ).problems
+    assert found == [
+        "training_args.confirmations is not a setting: it is a setting of probes; write it under probes:",
+        "training_args.cap is not a setting: it is a setting of batch_size_search and seq_length_search; write it "
+        "under the one it is meant for",
+        "training_args.max_stepz is not a setting (did you mean 'max_steps'?)",
+        "probes.learning_rate is not a setting: it is a setting of training_args; write it under training_args:",
+        "arms[0].dtype is not a setting: it is a setting of training_args; write it under training_args:",
+    ]

@@ -5,7 +5,7 @@ import pytest
 
 from finetune_bench.inputs.arms import ArmError, parse_arm
 from finetune_bench.inputs.errors import SpecError, closest, invisible_difference
-from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 
 
 def test_the_word_written_is_never_its_own_suggestion():
@@ -75,3 +75,12 @@ def test_a_key_with_a_character_that_does_not_show_is_shown_escaped():
         "'bfl\\u200boat16' has U+200B (ZERO WIDTH SPACE), which does not show",
     ]
     assert "\u2060" not in str(error.value) and "\u200b" not in str(error.value), "every one is escaped"
+
+
+def test_a_training_setting_given_as_an_axis_is_told_it_cannot_be_swept():
+    with pytest.raises(SpecError) as error:
+        ExperimentArgs.from_mapping({"warmup_ratio": [0.0, 0.1], "arm": ["liger"]})
+    assert error.value.problems == [
+        "experiment_args.warmup_ratio is not a setting: warmup_ratio is a training setting that cannot be swept; set "
+        "one value for every condition under training_args: (training_args: {warmup_ratio: ...})"
+    ], "not 'did you mean' an axis of another name"
