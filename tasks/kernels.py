@@ -18,6 +18,7 @@ from finetune_bench.kernels.settings import (
 )
 from images import analysis_image, training_image
 from tasks.analysis import publish
+from tasks.inputs_yaml import inputs_file_argument
 from tasks.plan import check_export_location, checked
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -76,7 +77,7 @@ def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_be
     published = None
     if sweep.compare_with:
         published = pd.read_csv(sweep.compare_with)
-    report = build_kernel_report(table, sweep.model, not_benchmarked, published, sweep)
+    report = build_kernel_report(table, sweep.model, not_benchmarked, published, sweep, inputs_file_argument())
     report_file, _, problems = publish(
         report,
         "kernel_report.html",

@@ -23,7 +23,11 @@ from finetune_bench.kernels.settings import (  # noqa: E402
     TORCH_COMPILE,
     KernelBenchmarkSettings,
 )
-from finetune_bench.reporting.benchmark_tabs.measured import measured_html, values_text  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.measured import (  # noqa: E402
+    measured_at_text,
+    measured_html,
+    values_text,
+)
 from finetune_bench.reporting.html import Report, compact_table_html, figure_html, table_html  # noqa: E402
 from finetune_bench.results.record import OK
 
@@ -246,11 +250,12 @@ def _config(rows: pd.DataFrame) -> dict:
 
 
 def what_was_measured(
-    rows: pd.DataFrame, sweep: KernelBenchmarkSettings | None = None, model: str = ""
+    rows: pd.DataFrame, sweep: KernelBenchmarkSettings | None = None, model: str = "", inputs_file: str = ""
 ) -> dict[str, str]:
     """The report's header: the hardware, the model (`model` where the rows do not name it) and its shapes, the
-    dtype, the sizes and passes, how a point was timed (with the `sweep`'s settings) and liger-kernel's version,
-    those the rows (and the sweep) carry."""
+    dtype, the sizes and passes, how a point was timed (with the `sweep`'s settings), when the points were measured,
+    liger-kernel's version and the lockfile's hash, those the rows (and the sweep) carry, and the inputs file a
+    local run was given."""
     config = _config(rows)
     if ran_on_cpu(rows):
         hardware = "CPU (Liger's kernels in the Triton interpreter)"
@@ -268,6 +273,13 @@ def what_was_measured(
             f"memory: {memory}"
         )
     versions = values_text(rows.get("liger_version", pd.Series(dtype=str)))
+    locks = rows.get("lock_sha256", pd.Series(dtype=str)).dropna().astype(str)
+    locks = ", ".join(dict.fromkeys(lock[:12] for lock in locks if lock and lock != "none"))
+    versions = ", ".join(
+        part
+        for part in (f"liger-kernel {versions}" if versions else "", f"lockfile sha256 {locks}" if locks else "")
+        if part
+    )
     return {
         "hardware": hardware,
         "model": f"{model} ({shapes})" if model and shapes else model,
@@ -275,7 +287,9 @@ def what_was_measured(
         "tokens": sizes,
         "passes": values_text(rows.get("kernel_operation_mode", pd.Series(dtype=str))),
         "timing": timing,
-        "versions": f"liger-kernel {versions}" if versions else "",
+        "measured": measured_at_text(rows),
+        "versions": versions,
+        "inputs file": inputs_file,
     }
 
 
@@ -306,14 +320,15 @@ def build_kernel_report(
     not_benchmarked: list[str] | None = None,
     published: pd.DataFrame | None = None,
     sweep: KernelBenchmarkSettings | None = None,
+    inputs_file: str = "",
 ) -> Report:
     """The report of a kernel benchmark's rows; `not_benchmarked`: what Liger ships that has no case here;
     `published`: rows in Liger's benchmark-data format to set beside these; `sweep`: the settings they were
-    measured with (the header says how a point was timed)."""
+    measured with (the header says how a point was timed); `inputs_file`: the file a local run was given."""
     compared = comparison(rows)
     sections: dict[str, str] = {}
     cpu = ran_on_cpu(rows)
-    overview = [measured_html(what_was_measured(rows, sweep, model))]
+    overview = [measured_html(what_was_measured(rows, sweep, model, inputs_file))]
     if cpu:
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     counts = rows["status"].value_counts()

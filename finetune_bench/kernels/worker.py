@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 from finetune_bench.kernels.settings import KERNELS, METRICS, KernelBenchmarkSettings, model_shapes, providers
@@ -71,11 +72,15 @@ def run_kernel(settings: KernelBenchmarkSettings, kernel: str, out: Path) -> Non
         "gpu_name": env.get("gpu_name", "") or "cpu",
         "liger_version": getattr(liger_kernel, "__version__", "") or env.get("liger-kernel", ""),
         "device": str(device),
+        # the lockfile the software was installed from (`measuring.environment.lock_digest`)
+        "lock_sha256": env.get("lock_sha256", ""),
     }
     with open(out / ROWS_FILE, "a") as rows_file:
         for provider in providers(kernel, settings.compile_reference):
             for tokens in settings.tokens:
-                rows = point_rows(settings, kernel, provider, tokens, context)
+                # when the point was measured (UTC, as a benchmark run's `measured_at`)
+                measured_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                rows = point_rows(settings, kernel, provider, tokens, {**context, "measured_at": measured_at})
                 try:
                     case = build_case(kernel, provider, shapes, tokens, dtype, device)
                     for row in rows:

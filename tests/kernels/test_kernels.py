@@ -32,6 +32,7 @@ from finetune_bench.kernels.settings import (
     kernels_to_run,
     liger_kernels_shipped,
 )
+from finetune_bench.measuring.environment import lock_digest
 from tests.reporting.test_wide_tables import needs_chromium, table_widths
 
 # Liger's benchmark data columns (benchmark/data/all_benchmark_data.csv in linkedin/Liger-Kernel), in order.
@@ -94,6 +95,9 @@ def test_a_sweep_gives_a_row_per_point_in_liger_s_columns(tmp_path):
     assert list(rows.columns[: len(LIGER_COLUMNS)]) == LIGER_COLUMNS
     # 2 providers × 2 sizes × 3 modes × 2 metrics
     assert len(rows) == 24 and (rows["status"] == "ok").all()
+    # when each point was measured, and the lockfile the software came from (the report's header names both)
+    assert rows["measured_at"].str.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC").all()
+    assert (rows["lock_sha256"] == lock_digest()).all()
     assert set(rows["kernel_provider"]) == {"liger", "huggingface"} and set(rows["x_value"]) == {8, 16}
     speed, memory = rows[rows["metric_name"] == "speed"], rows[rows["metric_name"] == "memory"]
     assert (speed["y_value_50"] > 0).all() and (speed["metric_unit"] == "ms").all()
@@ -166,9 +170,15 @@ def test_the_report_opens_with_what_was_measured():
     config = {"model": "llama-3-8b", "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256,
               "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
               "dtype": "torch.bfloat16"}  # fmt: skip
-    rows = _gpu_rows().assign(extra_benchmark_config_str=json.dumps(config), liger_version="0.8.5")
+    rows = _gpu_rows().assign(
+        extra_benchmark_config_str=json.dumps(config),
+        liger_version="0.8.5",
+        lock_sha256="12ab43339895acd68ee9ca0f24045b651d0ea26c",
+        measured_at=lambda frame: ["2026-11-27 09:00 UTC"] * (len(frame) - 1) + ["2026-11-27 09:02 UTC"],
+    )
     sweep = KernelBenchmarkSettings(warmup_ms=25, rep_ms=100)
-    summary = build_kernel_report(rows, "llama-3-8b", sweep=sweep).sections["Summary"]
+    report = build_kernel_report(rows, "llama-3-8b", sweep=sweep, inputs_file="inputs/kernels_llama3_8b.yaml")
+    summary = report.sections["Summary"]
     assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
     assert dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0])) == {
         "hardware": "NVIDIA H100 80GB HBM3",
@@ -178,8 +188,10 @@ def test_the_report_opens_with_what_was_measured():
         "passes": "forward, full",
         "timing": "speed: triton.testing.do_bench, 25 ms warm-up and 100 ms of calls per point; memory: the peak "
         "allocated over 10 calls",
-        "versions": "liger-kernel 0.8.5",
-    }  # no date: the rows do not say when
+        "measured": "2026-11-27 09:00 UTC to 2026-11-27 09:02 UTC",
+        "versions": "liger-kernel 0.8.5, lockfile sha256 12ab43339895",
+        "inputs file": "inputs/kernels_llama3_8b.yaml",
+    }
 
 
 def test_a_cpu_sweep_s_header_says_cpu_and_leaves_out_what_its_rows_do_not_carry():
