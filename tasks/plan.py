@@ -32,6 +32,7 @@ from finetune_bench.sources.cache import cache_root, cache_root_key, default_res
 from images import training_image
 from tasks.analysis import EXPORT_DIR_ENV, publish
 from tasks.execution import cluster_notes, on_cluster
+from tasks.inputs_yaml import inputs_file_argument
 from tasks.registration import ANALYSIS_RESOURCES, REGISTERED_ACCELERATOR, REGISTRATION_ENV, WANDB_SECRETS
 from tasks.wandb_runs import require_wandb_key
 
@@ -225,7 +226,9 @@ def report_plan(plan: BenchmarkPlan) -> tuple[pd.DataFrame, pd.DataFrame, FlyteF
     steps, the plan report (plan.html, also the Deck) and a directory with plan.html and plan.csv / .parquet."""
     estimate = estimate_plan(plan)  # plan_benchmark printed it
     table = plan_table(estimate)
-    report_file, files, problems = publish(plan_report(estimate), "plan.html", {"plan": table}, {}, title="Plan")
+    report_file, files, problems = publish(
+        plan_report(estimate, inputs_file_argument()), "plan.html", {"plan": table}, {}, title="Plan"
+    )
     if problems:  # the plan was asked to be exported and was not: the run says so in its exit status
         raise click.ClickException("; ".join(problems))
     return table, pd.DataFrame(), report_file, files

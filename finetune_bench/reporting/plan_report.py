@@ -8,7 +8,7 @@ from finetune_bench.analysis.numbers import number_text
 from finetune_bench.prediction.gpus import GIB, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
 from finetune_bench.prediction.memory import PARTS
-from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text
+from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text, span_text
 from finetune_bench.reporting.html import Report, compact_table_html
 
 # What the plan's table shows before its toggle.
@@ -95,26 +95,35 @@ def gib_text(size_bytes: float) -> str:
     return f"{number_text(size_bytes / GIB, min_decimals=1):>6}"
 
 
-def what_would_be_measured(estimate: GridEstimate) -> dict[str, str]:
-    """The plan's header, as the benchmark's "What was measured" reads: the GPU the plan predicts for, the model, the
-    settings every condition shares or sweeps and the steps (nothing ran: no date, no versions)."""
+def what_would_be_measured(estimate: GridEstimate, inputs_file: str = "") -> dict[str, str]:
+    """The plan's header, as the benchmark's "What was measured" reads: the GPU the plan predicts for, on several
+    GPUs how many a run trains on and the parallelism, the model, the dataset, the settings every condition shares or
+    sweeps, the steps and the inputs file (nothing ran: no date, no versions)."""
     settings = [c.training_args for c in estimate.conditions]
     target = estimate.target
     steps = settings_text(settings, "max_steps")
     runs = f", {estimate.n_runs} run{'' if estimate.n_runs == 1 else 's'} per condition" if estimate.n_runs > 0 else ""
+    several = any(getattr(each, "world_size", 1) > 1 for each in settings)
+    gpus = span_text(pd.Series([each.world_size for each in settings])) if several else ""
+    nodes = settings_text(settings, "num_nodes") if any(each.num_nodes > 1 for each in settings) else ""
     return {
         "hardware": f"{target.describe()}, predicted (nothing ran)" if target.name or target.memory_bytes else "",
+        "GPUs per run": gpus + (f" (nodes: {nodes})" if gpus and nodes else ""),
+        "parallelism": settings_text(settings, "parallelism") if several else "",
         "model": settings_text(settings, "model_name"),
+        "dataset": settings_text(settings, "dataset_name"),
         "backend": settings_text(settings, "backend"),
         "dtype": settings_text(settings, "dtype"),
         "sequence length": settings_text(settings, "max_seq_length"),
         "batch size per device": settings_text(settings, "per_device_train_batch_size"),
         "steps": f"{steps} per run{runs}" if steps else "",
+        "inputs file": inputs_file,
     }
 
 
-def plan_report(estimate: GridEstimate) -> Report:
-    """The dry run's report: what would run, what fits, how long, what it costs."""
+def plan_report(estimate: GridEstimate, inputs_file: str = "") -> Report:
+    """The dry run's report: what would run, what fits, how long, what it costs; `inputs_file`: the file a local run
+    was given (its header names it)."""
     table = plan_table(estimate)
     totals = plan_totals(estimate)
     summary = "".join(f"<li>{html.escape(line)}</li>" for line in totals)
@@ -128,7 +137,7 @@ def plan_report(estimate: GridEstimate) -> Report:
     )
     return Report(
         sections={
-            "Plan": measured_html(what_would_be_measured(estimate), "What would be measured")
+            "Plan": measured_html(what_would_be_measured(estimate, inputs_file), "What would be measured")
             + f"<ul>{summary}</ul>{note}"
             # the predicted peak's parts behind the toggle
             + compact_table_html(table.round(3), PLAN_KEY_COLUMNS, "the plan")

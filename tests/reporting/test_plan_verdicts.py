@@ -50,18 +50,31 @@ def test_a_condition_without_a_verdict_says_why():
 
 
 def test_the_plan_opens_with_what_would_be_measured_and_invents_nothing():
-    page = plan_report(_estimate("llama1b_random.yaml", "H100")).sections["Plan"]
+    page = plan_report(_estimate("llama1b_random.yaml", "H100"), "inputs/llama1b_random.yaml").sections["Plan"]
     assert page.startswith('<div class="measured"><h3>What would be measured</h3>')
-    header = dict(re.findall(r"<li>(.*?): (.*?)</li>", page.split("</ul>", 1)[0]))
+    header = _header(page)
     assert header.pop("hardware").endswith(", predicted (nothing ran)") and "H100" in page
     assert header == {
         "model": "random:llama-3.2-1b",
+        "dataset": "synthetic:alpaca",
         "backend": "trl_sft",
         "dtype": "bfloat16",
         "sequence length": "2048",
         "batch size per device": "4, 8, 16",
         "steps": "20 per run, 3 runs per condition",
-    }  # nothing ran: no date, no versions
+        "inputs file": "inputs/llama1b_random.yaml",
+    }  # nothing ran: no date, no versions; one GPU a run: no GPU count, no parallelism
+
+
+def _header(page: str) -> dict[str, str]:
+    return dict(re.findall(r"<li>(.*?): (.*?)</li>", page.split("</ul>", 1)[0]))
+
+
+def test_a_multi_gpu_plan_names_the_gpus_a_run_trains_on_and_the_parallelism():
+    header = _header(plan_report(_estimate("ddp_llama1b_scaling.yaml", "H100")).sections["Plan"])
+    assert (header["GPUs per run"], header["parallelism"]) == ("1 to 2", "ddp")
+    header = _header(plan_report(_estimate("fsdp_llama3_8b.yaml", "H100")).sections["Plan"])
+    assert (header["GPUs per run"], header["parallelism"]) == ("8", "fsdp")
 
 
 def test_a_plan_without_a_gpu_names_no_hardware():

@@ -74,6 +74,7 @@ def test_a_local_run_ends_with_its_summary_not_its_outputs(tmp_path, monkeypatch
     ]
     summary = (export / SUMMARY_FILE).read_text().splitlines()
     assert summary[1] == conditions[0] and summary[-2:] == ["report: plan.html", "results: plan.csv"]
+    assert "<li>inputs file: inputs/llama1b_random.yaml</li>" in (export / "plan.html").read_text()
 
 
 def test_a_frontier_dry_run_prints_a_short_plan_and_ends_with_its_totals(tmp_path, monkeypatch):
