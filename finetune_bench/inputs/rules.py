@@ -75,18 +75,24 @@ def list_of(item: type, item_name: str, example: str) -> Rule:
 
 
 def check_list(
-    key: str, value: Any, item: type | None, item_name: str = "items", example: str = "a, b", wrap: str = "{}"
+    key: str,
+    value: Any,
+    item: type | None,
+    item_name: str = "items",
+    example: str = "a, b",
+    wrap: str = "{}",
+    left_out: str = "for its default",
 ) -> None:
     """`value` a list whose items are each an `item` (any item when None), never a list or a mapping themselves;
     a list's usual slips named with what to write instead: null (every item commented out), a bare value (`kernels:
     rms_norm`), a mapping of on/off switches (`{rms_norm: false, swiglu: true}`: list the wanted names), a nested
     list. `item_name` names the items in the messages, `example` is a list's items as they are written; `wrap`
-    spells one item from its name (`{{arm: {}}}` for a section's items)."""
+    spells one item from its name (`{{arm: {}}}` for a section's items); `left_out` what leaving the key out does."""
     name = key.rsplit(".", 1)[-1]
     if value is None:
         raise SpecError(
             f"{key} is null (is every item commented out?): write a list, e.g. {name}: [{example}], or leave "
-            f"{name} out for its default"
+            f"{name} out {left_out}"
         )
     if isinstance(value, dict):
         wanted = [str(k) for k, on in value.items() if on is True]
@@ -102,10 +108,10 @@ def check_list(
         if isinstance(element, list) or (isinstance(element, dict) and item is not dict):
             shape = "a nested list" if isinstance(element, list) else "a mapping"
             problems.append(
-                f"{key}[{index}] is {shape}, {element!r}: write the {item_name} in one flat list, e.g. {name}: "
-                f"[{example}]"
+                f"{key}[{index}] is {shape}, {_short_repr(element)}: write the {item_name} in one flat list, e.g. "
+                f"{name}: [{example}]"
             )
-        elif element is None and item is not None:
+        elif element is None:
             problems.append(
                 f"{key}[{index}] is null (an item left empty, or its value commented out?): remove its line, or "
                 f"write it, e.g. {name}: [{example}]"
@@ -120,6 +126,12 @@ def check_list(
             problems.append(f"{key}[{index}] must be {item.__name__}, got {element!r}")
     if problems:
         raise SpecError(*problems)
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    """`repr(value)`, cut at `limit` characters (a nested list of YAML aliases can be millions of items)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 def check_fields(settings: Any, section: str, names: Collection[str] | None = None, typed: bool = False) -> None:

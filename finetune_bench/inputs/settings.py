@@ -36,6 +36,7 @@ from finetune_bench.inputs.model_overrides import (
 from finetune_bench.inputs.rules import (
     check_field,
     check_fields,
+    check_list,
     check_type,
     choice,
     fraction,
@@ -44,7 +45,7 @@ from finetune_bench.inputs.rules import (
     requirement,
     setting,
 )
-from finetune_bench.inputs.tutorial import TUTORIAL_KEYS
+from finetune_bench.inputs.tutorial import TUTORIAL_KEYS, flow
 
 
 class StrictFromJson:
@@ -381,6 +382,11 @@ def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, ty
     `training_args` and `experiment_args` values are checked as settings (type and range); any other
     section's fields by their annotation (bool, int, float, str).
     """
+    if data is None:
+        raise SpecError(
+            f"{section} is null (is every setting under it commented out?): write its settings under it, or leave "
+            f"{section.removesuffix('[]')} out for its defaults"
+        )
     if not isinstance(data, dict):
         raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
     annotations = {f.name: f.type for f in dataclasses.fields(cls)}
@@ -405,8 +411,7 @@ def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, ty
                 # A key with spaces around it, or a character that does not show, is quoted with its escapes.
                 raise SpecError(f"{section}.{shown_name(key)} is not a setting{suggestion}")
             if cls is ExperimentArgs:
-                if not isinstance(value, list):
-                    raise SpecError(f"{section}.{key} must be a list of values, got {value!r}")
+                check_axis_list(f"{section}.{key}", key, value)
                 for element in value:
                     check_setting(f"{section}.{key}", key, element)
             elif cls is TrainingArgs:
@@ -452,8 +457,7 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
     for name in axis_names():
         values = getattr(experiment_args, name)
         with problems.check():
-            if not isinstance(values, list):
-                raise SpecError(f"experiment_args.{name} must be a list of values, got {values!r}")
+            check_axis_list(f"experiment_args.{name}", name, values)
             if len(set(map(repr, values))) != len(values):
                 raise SpecError(f"experiment_args.{name} repeats a value: {values!r}")
             if name == "model_config_overrides":
@@ -461,9 +465,32 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
             if name == "software_set":
                 software_sets.check_sweep(f"experiment_args.{name}", values)
         for value in values if isinstance(values, list) else []:
-            with problems.check():
-                check_setting(f"experiment_args.{name}", name, value)
+            if value is not None and not isinstance(value, list | dict):  # named by `check_axis_list`
+                with problems.check():
+                    check_setting(f"experiment_args.{name}", name, value)
     problems.raise_if_any()
+
+
+# How an axis's list is written, in messages (other axes: their training_args default).
+_AXIS_EXAMPLES = {
+    "arm": "liger, baseline",
+    "per_device_train_batch_size": "1, 2",
+    "max_seq_length": "512, 1024",
+    "gradient_accumulation_steps": "1, 4",
+    "gradient_checkpointing": "false, true",
+    "learning_rate": "1.0e-5, 2.0e-5",
+    "num_gpus": "1, 2",
+    "num_nodes": "1, 2",
+    "model_config_overrides": "'', num_hidden_layers=8",
+    "software_set": "'', liger-kernel==0.8.2",
+}
+
+
+def check_axis_list(key: str, name: str, values: Any) -> None:
+    """An axis's values a flat list (`rules.check_list`): null (every value commented out), a bare value, an on/off
+    mapping and a nested list each named with what to write instead."""
+    example = _AXIS_EXAMPLES.get(name) or flow(_TRAINING_FIELDS[name].default)
+    check_list(key, values, None, "values", example, left_out="to use training_args' value (not swept)")
 
 
 def check_setting(key: str, name: str, value: Any) -> None:
