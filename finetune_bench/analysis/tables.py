@@ -107,6 +107,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             loss_scale=_detail_number(result.details, "loss_scale"),
             loss_scale_skipped_steps=_detail_number(result.details, "loss_scale_skipped_steps"),
             trainable_dtype=result.details.get("trainable_dtype", ""),
+            # the model's parameters as the run counted them (LoRA's adapters included); NaN where it did not say
+            num_parameters=_detail_number(result.details, "num_parameters"),
             frozen_dtype=result.details.get("frozen_dtype", ""),
             error_tail=result.error_tail,
         )

@@ -1,9 +1,11 @@
-"""Where and with what a run happened: host, Python, the versions of the packages that change the numbers,
-the GPU and its driver, and the lockfile the software was installed from."""
+"""Where and with what a run happened: host, Python, the versions of the packages that change the numbers and of
+this project (with its git commit where it runs from a checkout), the GPU and its driver, and the lockfile the
+software was installed from."""
 
 import hashlib
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,32 @@ def lock_digest() -> str:
     if LOCK_FILE.is_file():
         return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
     return os.environ.get(LOCK_DIGEST_ENV) or "none"
+
+
+# This project's distribution, whose version every run records.
+PROJECT = "finetune-bench"
+
+
+def code_commit() -> str:
+    """The git commit of the checkout this code runs from ("<12 hex digits>", "+ local changes" where tracked files
+    differ from it); "" where it does not run from a git checkout (an image holds the files, not the repository)."""
+    root = LOCK_FILE.parent
+    if not (root / ".git").exists():
+        return ""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{head[:12]}{' + local changes' if changes else ''}" if head else ""
 
 
 # The packages whose versions change the numbers, recorded with every run (and shown by the report).
@@ -54,11 +82,13 @@ def environment(device: "torch.device") -> dict[str, str]:
         "device_type": device.type,
         "lock_sha256": lock_digest(),
     }
-    for package in RECORDED_PACKAGES:
+    for package in (*RECORDED_PACKAGES, PROJECT):
         try:
             env[package] = md.version(package)
         except md.PackageNotFoundError:
             env[package] = "not installed"
+    if commit := code_commit():
+        env["code_commit"] = commit
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(

@@ -3,6 +3,8 @@ and the environment record, and nothing they do not carry."""
 
 import re
 
+import pandas as pd
+
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
@@ -18,6 +20,8 @@ H100 = {
     "liger-kernel": "0.8.5",
     "transformers": "5.23.0",
     "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c",
+    "finetune-bench": "0.1.0",
+    "code_commit": "4d43f2a1b2c3",
 }
 CPU = {"cpu": "x86_64", "torch": "2.13.0+cpu", "lock_sha256": "12ab43339895acd68ee9ca0f24045b651d0ea26c"}
 
@@ -35,6 +39,7 @@ def _report(environment: dict[str, str], device: str, experiment: ExperimentArgs
             "dtype": "bfloat16",
             "steps_completed": "10",
             "measured_at": f"2026-11-26 14:{i:02d} UTC",
+            "num_parameters": "4700992",
         }
         results.append(
             RunResult(run.condition_id, run.run_number, run.swept_axes, run.training_args, "ok",
@@ -55,6 +60,7 @@ def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
     assert _header(summary) == {
         "hardware": "NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run",
         "model": "random:tiny-llama",
+        "model shape": "2 layers, hidden 64, vocabulary 1,024, 4.7M parameters",
         "dataset": "synthetic:alpaca",
         "backend": "plain_loop",
         "dtype": "bfloat16",
@@ -63,6 +69,7 @@ def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
         "steps": "10 per run, 8 of them timed",
         "measured": "2026-11-26 14:00 UTC to 2026-11-26 14:03 UTC",
         "versions": "liger-kernel 0.8.5, torch 2.11.0, transformers 5.23.0, lockfile sha256 12ab43339895",
+        "code": "finetune-bench 0.1.0, commit 4d43f2a1b2c3",
     }  # no inputs file: the workflow is handed its values, not the file's name
 
 
@@ -90,4 +97,19 @@ def test_a_gpu_grid_s_timing_figures_carry_no_cpu_note():
 
 def test_what_no_run_recorded_is_left_out_not_guessed():
     header = _header(_report({}, "", ExperimentArgs(arm=["liger", "baseline"]), details=False).sections["Summary"])
-    assert set(header) == {"model", "dataset", "backend", "sequence length", "batch size per device"}  # the plan's
+    # the plan's settings, and the shape the bundled architecture's config gives (no parameter count: no run said)
+    assert set(header) == {"model", "model shape", "dataset", "backend", "sequence length", "batch size per device"}
+    assert header["model shape"] == "2 layers, hidden 64, vocabulary 1,024"
+
+
+def test_the_model_shape_follows_the_runs_config_overrides_and_a_model_unknown_here_has_none():
+    experiment = ExperimentArgs(arm=["liger", "baseline"], model_config_overrides=["", "num_hidden_layers=4"])
+    header = _header(_report(H100, "cuda:0", experiment).sections["Summary"])
+    assert header["model shape"] == (
+        "2 layers, hidden 64, vocabulary 1,024, 4.7M parameters; 4 layers, hidden 64, vocabulary 1,024, 4.7M parameters"
+    )
+    from finetune_bench.reporting.benchmark_tabs.measured import model_shape_text
+
+    runs = pd.DataFrame({"model_name": ["someone/unknown-model"], "num_parameters": [1.2358e9]})
+    assert model_shape_text(runs) == "1.24B parameters"  # no config known here: the runs' count alone
+    assert model_shape_text(runs.drop(columns="num_parameters")) == ""

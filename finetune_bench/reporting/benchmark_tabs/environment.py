@@ -3,7 +3,7 @@
 import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
-from finetune_bench.measuring.environment import RECORDED_PACKAGES
+from finetune_bench.measuring.environment import PROJECT, RECORDED_PACKAGES
 from finetune_bench.reporting.html import compact_table_html
 
 ENVIRONMENT_KEYS = (
@@ -17,6 +17,8 @@ ENVIRONMENT_KEYS = (
     *RECORDED_PACKAGES,
     "python",
     "lock_sha256",
+    PROJECT,
+    "code_commit",
 )
 # What the table shows before its toggle (every recorded key is behind it).
 KEY_ENVIRONMENT = ("gpu_name", "gpu_count", "gpu_memory_gib", "driver", "cuda", "cpu", "torch", "liger-kernel",

@@ -1,7 +1,7 @@
-"""The Summary's first lines, "What was measured": the hardware, the training settings every run shared or swept,
-the steps, when, and with which versions, from what the results table and the environment record carry (a piece
-neither carries is left out, never guessed). The frontier, kernel and plan reports open with the same header
-(`measured_html`), from what their own inputs carry."""
+"""The Summary's first lines, "What was measured": the hardware, the model and its shape, the training settings
+every run shared or swept, the steps, when, and with which versions and code, from what the results table, the
+environment record and the model's config carry (a piece none of them carries is left out, never guessed). The
+frontier, kernel and plan reports open with the same header (`measured_html`), from what their own inputs carry."""
 
 import html
 
@@ -9,6 +9,9 @@ import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.measuring.environment import PROJECT
+from finetune_bench.prediction.shapes import NoPrediction, model_config
 from finetune_bench.results.record import OK
 
 # The packages the header names (the Environment table lists every recorded one).
@@ -89,6 +92,58 @@ def versions_text(environment: dict[str, str]) -> str:
     return ", ".join(parts)
 
 
+def count_text(count: float) -> str:
+    """A large count with three significant digits and its unit ("1.24B", "4.61M", "912")."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return f"{count:.0f}"
+
+
+def _config_or_none(model_name: str, overrides: str) -> dict:
+    """The model's config with the runs' overrides, where this package knows it (a bundled architecture, a local
+    directory, a hub id a bundled architecture was copied from: `prediction.shapes.model_config`); {} elsewhere."""
+    try:
+        return model_config(model_name, overrides=overrides or "")
+    except (NoPrediction, SpecError, OSError, ValueError):
+        return {}
+
+
+def model_shape_text(runs: pd.DataFrame) -> str:
+    """Each distinct shape of the runs' model: its layers, hidden size and vocabulary from its config where it is
+    known, and the parameters the runs counted (LoRA's adapters included) where they said ("16 layers, hidden 2,048,
+    vocabulary 128,256, 1.24B parameters"); "" where neither is known."""
+    if runs.empty or "model_name" not in runs:
+        return ""
+    overrides = runs.get("model_config_overrides", pd.Series("", index=runs.index)).fillna("").astype(str)
+    shapes = []
+    for (model, override), group in runs.groupby([runs["model_name"].astype(str), overrides], sort=False):
+        config = _config_or_none(model, override)
+        text = config.get("text_config") or config
+        parts = [
+            template.format(int(text[key]))
+            for key, template in (
+                ("num_hidden_layers", "{} layers"),
+                ("hidden_size", "hidden {:,}"),
+                ("vocab_size", "vocabulary {:,}"),
+            )
+            if isinstance(text.get(key), int)
+        ]
+        counted = group.get("num_parameters", pd.Series(dtype=float)).dropna()
+        if not counted.empty:
+            parts.append(f"{count_text(counted.median())} parameters")
+        shapes.append(", ".join(parts))
+    return "; ".join(dict.fromkeys(shape for shape in shapes if shape))
+
+
+def code_text(environment: dict[str, str]) -> str:
+    """This project's version and the git commit the runs' code came from, those the environment recorded."""
+    parts = [f"{PROJECT} {environment[PROJECT]}"] if environment.get(PROJECT) else []
+    if environment.get("code_commit"):
+        parts.append(f"commit {environment['code_commit']}")
+    return ", ".join(parts)
+
+
 def what_was_measured(a: GridAnalysis) -> dict[str, str]:
     """Each known piece of what was measured, by its label, in reading order."""
     table = a.table
@@ -97,6 +152,7 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
     pieces = {
         "hardware": hardware_text(a, runs),
         "model": values_text(runs.get("model_name", pd.Series(dtype=str))),
+        "model shape": model_shape_text(runs),
         "dataset": values_text(runs.get("dataset_name", pd.Series(dtype=str))),
         "backend": values_text(runs.get("backend", pd.Series(dtype=str))),
         "dtype": values_text(runs.get("dtype", pd.Series(dtype=str))),
@@ -105,6 +161,7 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
         "steps": steps_text(runs),
         "measured": measured_at_text(runs),
         "versions": versions_text(a.environment),
+        "code": code_text(a.environment),
         "inputs file": a.environment.get("inputs_file", ""),
     }
     return {label: text for label, text in pieces.items() if text}
