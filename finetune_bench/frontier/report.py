@@ -97,7 +97,7 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
             predicted_frontier=result.predicted_frontier,
             first_oom=result.first_oom,
             probes_used=result.probes_used,
-            gpu_seconds=result.gpu_seconds,
+            device_seconds=result.device_seconds,
         )
         at_frontier = frontier_probe(result)
         if at_frontier is not None:
@@ -107,12 +107,12 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         rows.append(row)
     table = pd.DataFrame(rows)
     integers = ("frontier", "predicted_frontier", "first_oom", "probes_used")
-    for column in (*integers, "gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+    for column in (*integers, "device_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
         if column not in table:
             table[column] = None
     for column in integers:
         table[column] = table[column].astype("Int64")
-    for column in ("gpu_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+    for column in ("device_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
         table[column] = table[column].astype(float)
     table["peak_reserved_share_of_gpu"] = table["peak_reserved_gib"] / table["gpu_memory_gib"]
     return table
@@ -374,19 +374,18 @@ def build_frontier_report(
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         f"of memory{' (simulated)' if simulated else ''}, the peak memory of the probe at the frontier (GiB) against "
-        f"the GPU's capacity, and what the search cost (probes, and {seconds}: the sum of the probes' wall times). "
-        "predicted_frontier: where the memory model put it; a guided search starts there (its probes are marked "
-        "predicted / interpolation), an empty one is a doubling search.</p>"
+        f"the GPU's capacity, and what the search cost (probes_used, and device_seconds: the {seconds} its probes "
+        "took, the sum of their wall times). predicted_frontier: where the memory model put it; a guided search "
+        "starts there (its probes are marked predicted / interpolation), an empty one is a doubling search.</p>"
     )
-    shown = frontiers.rename(columns={"gpu_seconds": "cpu_seconds"}) if cpu else frontiers
     key = ["arm", "dimension", "at", "status", "frontier", "first_oom", "predicted_frontier", "probes_used",
-           "cpu_seconds" if cpu else "gpu_seconds", "peak_reserved_gib", "peak_reserved_share_of_gpu",
+           "device_seconds", "peak_reserved_gib", "peak_reserved_share_of_gpu",
            "process_peak_rss_gib", "reason"]  # fmt: skip
-    summary.append(compact_table_html(_for_display(shown), key, "the frontiers"))
+    summary.append(compact_table_html(_for_display(frontiers), key, "the frontiers"))
     summary.append(
         "<p>"
         + html.escape(
-            f"{int(frontiers['probes_used'].sum())} probes, {frontiers['gpu_seconds'].astype(float).sum():,.0f} "
+            f"{int(frontiers['probes_used'].sum())} probes, {frontiers['device_seconds'].astype(float).sum():,.0f} "
             f"{seconds} in all."
         )
         + "</p>"

@@ -105,8 +105,8 @@ class FrontierResult:
     first_oom: int | None
     probes: list[Probe]
     probes_used: int
-    # GPU time the probes cost: the sum of their wall times.
-    gpu_seconds: float
+    # Device time the probes cost (a GPU's, or a CPU's where they ran on one): the sum of their wall times.
+    device_seconds: float
     # Where the probes ran (`gpu_memory_bytes` is the GPU's capacity), from the first probe that said.
     environment: dict[str, str] = field(default_factory=dict)
     # The memory model's frontier the guided search started from (None: an unguided, doubling search).
@@ -330,7 +330,7 @@ class _Search:
             first_oom=min(self.ooms, default=None),
             probes=self.probes,
             probes_used=len(self.probes),
-            gpu_seconds=sum(p.wall_time_s for p in self.probes),
+            device_seconds=sum(p.wall_time_s for p in self.probes),
             environment=self.environment,
             predicted_frontier=self.predicted_frontier,
         )

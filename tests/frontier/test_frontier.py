@@ -237,8 +237,8 @@ def test_confirmation_count(confirmations):
 
 def test_gpu_time_is_the_sum_of_probe_wall_times():
     result = search_frontier(make_search(), FakeProbe(threshold=13, failures={4: ["error"]}))
-    assert result.gpu_seconds == pytest.approx(sum(1.0 + p.value / 10 for p in result.probes))
-    assert result.gpu_seconds == pytest.approx(sum(p.wall_time_s for p in result.probes))
+    assert result.device_seconds == pytest.approx(sum(1.0 + p.value / 10 for p in result.probes))
+    assert result.device_seconds == pytest.approx(sum(p.wall_time_s for p in result.probes))
 
 
 # --- planning and validation ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ out-of-memory probe where its caption says, and tables that fit a page 1400 px w
 import dataclasses
 import re
 
-from finetune_bench.frontier.report import build_frontier_report, probes_table
+from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
 from finetune_bench.frontier.search import ProbeOutcome, search_frontier
 from finetune_bench.frontier.settings import SEQ_LENGTH
 from finetune_bench.inputs.settings import TrainingArgs
@@ -48,7 +48,7 @@ def _simulated_report():
 
 
 def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated_and_its_seconds_cpu_seconds():
-    _, results, report = _simulated_report()
+    searches, results, report = _simulated_report()
     html = report.to_html(title="Memory frontier")
     summary = report.sections["Frontier"]
     assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
@@ -76,6 +76,9 @@ def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated
         "the baseline's frontier (simulated by the fake memory model, not measured)."
     ) in report.headline
     assert "GPU seconds" not in html and "gpu_seconds" not in html
+    # frontiers.csv: the probes' wall times as device seconds, whatever the device
+    frontiers = frontier_table(searches, results)
+    assert "gpu_seconds" not in frontiers and (frontiers["device_seconds"] == 3 * frontiers["probes_used"]).all()
     probes_used = sum(r.probes_used for r in results)
     assert f"{probes_used} probes, {3 * probes_used} CPU seconds in all." in summary
     assert [line for line in report.headline if "out of memory:" in line] == [
