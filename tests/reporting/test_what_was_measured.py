@@ -86,6 +86,10 @@ def test_a_cpu_grid_says_cpu_and_never_gpu():
     assert header["hardware"] == "CPU (x86_64)"
     assert not any("GPU" in text for text in header.values())
     assert "GPU's capacity" not in report.sections["Memory"]  # no capacity line is drawn on a CPU run
+    # what to run: no GPU memory left free on a CPU (the frontier's throughput section shows the same Summary)
+    recommendation = report.sections["Summary"].split("<h3>Recommendation</h3>", 1)[1].split("<h3>", 1)[0]
+    assert "GPU memory it leaves free" not in recommendation and "headroom" not in recommendation
+    assert "trained on a CPU: there is no GPU memory to leave free" in recommendation
     for tab in ("Throughput", "Speedup"):  # a tab of timing figures says it timed a CPU
         assert report.sections[tab].startswith('<div class="warning"><b>CPU run.</b>'), tab
 
@@ -93,6 +97,7 @@ def test_a_cpu_grid_says_cpu_and_never_gpu():
 def test_a_gpu_grid_s_timing_figures_carry_no_cpu_note():
     report = _report(H100, "cuda:0", ExperimentArgs(arm=["liger", "baseline"]))
     assert not any("CPU run." in report.sections[tab] for tab in ("Throughput", "Speedup"))
+    assert "the GPU memory it leaves free" in report.sections["Summary"]
 
 
 def test_what_no_run_recorded_is_left_out_not_guessed():

@@ -44,6 +44,24 @@ def headline(a: GridAnalysis) -> list[str]:
     return [first, *a.verdicts, *a.version_verdicts]
 
 
+# The Recommendation's columns of GPU memory: a CPU run has none.
+GPU_MEMORY_COLUMNS = ("peak_reserved_gib", "headroom_gib", "headroom_share")
+
+
+def recommendation_html(a: GridAnalysis) -> str:
+    """Per arm, the fastest configuration whose runs all finished, and (on a GPU) the memory it leaves free."""
+    if ran_on_cpu(a.table):
+        return (
+            "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out of "
+            "memory). These runs trained on a CPU: there is no GPU memory to leave free, and the timings say nothing "
+            "about a GPU's.</p>" + table_html(a.recommended.drop(columns=list(GPU_MEMORY_COLUMNS), errors="ignore"))
+        )
+    return (
+        "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
+        "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>" + table_html(a.recommended)
+    )
+
+
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
     """What was measured, then the answer: what was not kept, the runs' statuses, one verdict per arm, how sure,
     what fits, what to run, whether the loss still matches, and the environment."""
@@ -94,11 +112,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
             "per arm.</p>" + table_html(a.fitting)
         )
     if not a.recommended.empty:
-        overview.append(
-            "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
-            "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>"
-            + table_html(a.recommended)
-        )
+        overview.append(recommendation_html(a))
     overview.extend(f"<p><b>{html.escape(line)}</b></p>" for line in (a.parity_verdict, a.held_out_verdict) if line)
     environment = environment_html(a)
     if environment:
