@@ -5,15 +5,20 @@ Imported only where the training image runs (the benchmark's dynamic node, the t
 Elastic task needs torch, which the analysis image leaves out.
 """
 
+import contextlib
 import dataclasses
 import itertools
 import os
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from flytekit import PythonFunctionTask, current_context, task
 from flytekit.core.task import TaskPlugins
+from flytekit.extend import IgnoreOutputs
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
@@ -21,6 +26,7 @@ from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.store import ResultStore
+from finetune_bench.running.launch import ParentTerminated
 from finetune_bench.running.ranks import node_fork_server, run_on_ranks
 from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
@@ -45,8 +51,45 @@ class RanksElasticTask(PytorchElasticFunctionTask):
         if self.task_config.nproc_per_node > 1:
             # one thread per rank unless set, as torchrun and the plugin do: set before the server imports under it
             os.environ.setdefault("OMP_NUM_THREADS", "1")
-        with node_fork_server(kwargs["planned_run"]):
+        # the ranks wait for each other (the nodes' rendezvous) no longer than the run may take, 15 minutes at most
+        join_s = min(RENDEZVOUS_JOIN_TIMEOUT_S, int(kwargs["condition_timeout_s"]))
+        self.task_config.rdzv_configs = {**self.task_config.rdzv_configs, "join_timeout": join_s}
+        with _signals_end_the_process(), node_fork_server(kwargs["planned_run"]):
             return super().execute(**kwargs)
+
+
+# PyTorch Elastic's default wait for every node of a launch (the plugin's `rdzv_configs`), an upper bound
+RENDEZVOUS_JOIN_TIMEOUT_S = 900
+
+
+# The signals PyTorch Elastic's agent turns into an exception while it launches (TORCHELASTIC_SIGNALS_TO_HANDLE).
+AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def _signals_end_the_process() -> Iterator[None]:
+    """A signal that stops a launch (Ctrl-C, SIGTERM) ends this process, as it does a one-GPU run's launcher.
+
+    PyTorch Elastic's agent turns the signal into an exception and the plugin turns that into "no outputs", right
+    for a pod that is going away but, in `pyflyte run`, one lost run after which the grid went on with the next
+    (its ranks still training after the user stopped it). So the signal is raised again here, as KeyboardInterrupt
+    or `ParentTerminated`, which no task catches. The agent's handlers are also taken down after the launch
+    (PyTorch leaves them installed): a signal between launches acts as it would without them."""
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS} if main else {}
+    try:
+        yield
+    except IgnoreOutputs as exc:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        if isinstance(exc.__context__, SignalException):
+            sig = exc.__context__.sigval
+            raise (KeyboardInterrupt() if sig == signal.SIGINT else ParentTerminated(128 + sig)) from exc.__context__
+        raise
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 TaskPlugins.register_pythontask_plugin(RanksElastic, RanksElasticTask)

@@ -5,6 +5,10 @@ launcher (the plain loop's DDP and FSDP2, the Trainer's DDP), a rank that fails,
 import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -313,3 +317,46 @@ def test_a_hanging_rank_ends_the_run_as_a_timeout(tmp_path, tiny_dataset_dir, ti
     assert result.status == "timeout", f"{result.reason}\n{result.error_tail}"
     assert "no result within the 30 s timeout" in result.reason
     assert _leftover_workers(tmp_path) == []
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHES_UNTIL_STOPPED = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    from tests.running.test_ranks import _launch
+
+    tmp, dataset, model = (Path(a) for a in sys.argv[1:4])
+    for number in range(3):  # a grid's runs, one after the other, as pyflyte run launches them
+        print("launch", number, flush=True)
+        _launch(tmp / str(number), dataset, model, timeout_s=600)
+    """
+)
+
+
+def test_a_signal_during_a_launch_ends_the_process_not_just_the_run(tmp_path, tiny_dataset_dir, tiny_model_dir):
+    """SIGTERM (or Ctrl-C) while a run's ranks train ends the launching process, its ranks and their children, as
+    it does a one-GPU run's launcher; PyTorch Elastic's agent would have made it one lost run, the grid going on."""
+    # every run's files (flytekit's working directory among them) under tmp_path; each rank hangs after its step 1
+    env = dict(os.environ, FINETUNE_BENCH_FAULT="hang@2", PYTHONPATH=str(PROJECT_ROOT), TMPDIR=str(tmp_path))
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHES_UNTIL_STOPPED, str(tmp_path), str(tiny_dataset_dir), str(tiny_model_dir)],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout.readline().strip() == "launch 0"
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("**/steps.csv")) and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # the first step's row: the ranks' children are training (and hang at step 1)
+        assert launcher.poll() is None and time.monotonic() < deadline, "the ranks never trained"
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        assert "launch 1" not in launcher.stdout.read()
+        assert _leftover_workers(tmp_path) == []
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
