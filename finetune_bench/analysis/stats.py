@@ -39,7 +39,8 @@ _SEED = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "r
 
 
 def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05) -> pd.DataFrame:
-    """One row per arm (but the baseline) and point of the other swept axes: `pairs`, and per metric of `METRICS`
+    """One row per arm (but the baseline) and point of the other swept axes: the `hardware` its paired runs trained
+    on (where the table has it), `pairs`, and per metric of `METRICS`
     that the table has (throughput, peak_reserved, energy_per_token) the median ratio, `_ci_low` / `_ci_high`,
     `_p_value`, `_significant` and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what
     cannot be said."""
@@ -48,7 +49,8 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     others = [axis for axis in swept if axis != "arm"]
     ok = table[table["status"] == OK]
     compared = {column: name for column, name in METRICS.items() if column in table}
-    columns = [*others, "run_number", *compared]
+    hardware = ["hardware"] if "hardware" in table else []
+    columns = [*others, "run_number", *hardware, *compared]
     is_baseline = ok["arm"] == BASELINE
     pairs = ok.loc[~is_baseline, ["arm", *columns]].merge(
         ok.loc[is_baseline, columns], on=[*others, "run_number"], suffixes=("_arm", "_baseline")
@@ -56,20 +58,28 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     rows = []
     for key, group in pairs.groupby(["arm", *others], dropna=False, sort=False):
         row = dict(zip(["arm", *others], key, strict=True))
+        if hardware:  # what both sides' runs trained on, as the results table says it
+            row["hardware"] = _labels(pd.concat([group["hardware_arm"], group["hardware_baseline"]]))
         row["pairs"] = len(group)
         for metric, name in compared.items():
             row.update(_compare(group[f"{metric}_arm"], group[f"{metric}_baseline"], name, alpha))
         rows.append(row)
     # Arms with no pair at all still get a row, saying so.
-    for key, _ in ok.loc[~is_baseline].groupby(["arm", *others], dropna=False, sort=False):
+    for key, group in ok.loc[~is_baseline].groupby(["arm", *others], dropna=False, sort=False):
         if not any(all(r[k] == v for k, v in zip(["arm", *others], key, strict=True)) for r in rows):
-            rows.append({**dict(zip(["arm", *others], key, strict=True)), "pairs": 0})
+            labels = {"hardware": _labels(group["hardware"])} if hardware else {}
+            rows.append({**dict(zip(["arm", *others], key, strict=True)), **labels, "pairs": 0})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
     out = _with_noise_floor(out, others, list(compared.values()))
     out["note"] = [_note(row, alpha) for row in out.to_dict("records")]
     return out
+
+
+def _labels(values: pd.Series) -> str:
+    """The distinct non-empty labels of `values`, in order, joined ("cpu", "gpu: NVIDIA H100 80GB HBM3")."""
+    return ", ".join(value for value in values.dropna().astype(str).unique() if value)
 
 
 def _compare(arm: pd.Series, baseline: pd.Series, name: str, alpha: float) -> dict:

@@ -47,6 +47,11 @@ def hardware_label(device: str, gpu_name: str) -> str:
     return "gpu" if device else ""
 
 
+def run_hardware(result: RunResult) -> str:
+    """What a run trained on (`hardware_label`), from its record."""
+    return hardware_label(result.details.get("device", ""), result.environment.get("gpu_name", ""))
+
+
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
     """One row per planned run, in plan order. A run whose task was lost still gets its row."""
     by_key = {(r.condition_id, r.run_number): r for r in results if r is not None}
@@ -65,7 +70,7 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             row.update(status=LOST, reason="the training task failed; no result came back")
             rows.append(row)
             continue
-        row["hardware"] = hardware_label(result.details.get("device", ""), result.environment.get("gpu_name", ""))
+        row["hardware"] = run_hardware(result)
         row.update(status=result.status, reason=result.reason)
         for metric in TABLE_METRICS:
             if metric.name in result.metrics:
@@ -245,8 +250,8 @@ def phase_prediction_errors(table: pd.DataFrame) -> pd.DataFrame:
 def _per_run(
     results: list[RunResult | None], files: dict[tuple[str, int], str], empty_columns: list[str]
 ) -> pd.DataFrame:
-    """The rows of each run's CSV in `files` (by (condition_id, run_number)), each with the run's id and axis
-    values; `empty_columns` when no run has rows."""
+    """The rows of each run's CSV in `files` (by (condition_id, run_number)), each with the run's id, axis values
+    and `hardware` (as the results table's); `empty_columns` when no run has rows."""
     frames = []
     for result in results:
         if result is None:
@@ -261,6 +266,7 @@ def _per_run(
         frame.insert(0, "condition_id", result.condition_id)
         for axis in axis_names():
             frame[axis] = getattr(result.training_args, axis)
+        frame["hardware"] = run_hardware(result)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=empty_columns)

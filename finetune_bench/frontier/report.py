@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
 from finetune_bench.analysis.grid import GridAnalysis
-from finetune_bench.analysis.tables import GIB
+from finetune_bench.analysis.tables import GIB, hardware_label
 from finetune_bench.frontier.search import (
     FOUND,
     NOTHING_FITS,
@@ -79,6 +79,11 @@ def _gib(value: float | str | None) -> float | None:
     return float(value) / GIB if value not in (None, "") else None
 
 
+def search_hardware(result: FrontierResult) -> str:
+    """What a search's probes trained on (`analysis.tables.hardware_label`), from its environment record."""
+    return hardware_label(result.environment.get("device_type", ""), result.environment.get("gpu_name", ""))
+
+
 def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult | None]) -> pd.DataFrame:
     """One row per search, in plan order; a search whose task was lost keeps its row (status `lost`)."""
     by_key = {(arm_name(r.search.arm), r.search.dimension): r for r in results if r is not None}
@@ -87,6 +92,8 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         result = by_key.get((arm_name(search.arm), search.dimension))
         row = {"arm": arm_name(search.arm), **arm_overrides(search.arm), "dimension": search.dimension}
         row.update(at=_fixed_setting(search), start=search.start, cap=search.cap, granularity=search.granularity)
+        # what the probes trained on, as the results table says it ("cpu", "gpu: <name>"; "" where unknown)
+        row["hardware"] = search_hardware(result) if result is not None else ""
         if result is None:
             row.update(status=LOST, reason="the search task failed; no result came back")
             rows.append(row)
@@ -126,13 +133,14 @@ def probes_table(results: list[FrontierResult | None]) -> pd.DataFrame:
             continue
         for number, probe in enumerate(result.probes, start=1):
             row = {"arm": arm_name(result.search.arm), **arm_overrides(result.search.arm)}
-            row.update(dimension=result.search.dimension, at=_fixed_setting(result.search), probe=number)
+            row.update(dimension=result.search.dimension, at=_fixed_setting(result.search))
+            row.update(hardware=search_hardware(result), probe=number)
             row.update(value=probe.value, phase=probe.phase, attempt=probe.attempt, status=probe.status)
             row["wall_time_s"] = probe.wall_time_s
             row.update({column: _gib(getattr(probe, key)) for key, column in _MEMORY_COLUMNS.items()})
             row.update(measured_at=probe.measured_at, reason=probe.reason, error_tail=probe.error_tail)
             rows.append(row)
-    columns = ["arm", "dimension", "at", "probe", "value", "phase", "attempt", "status", "wall_time_s"]
+    columns = ["arm", "dimension", "at", "hardware", "probe", "value", "phase", "attempt", "status", "wall_time_s"]
     table = pd.DataFrame(rows, columns=None if rows else columns)
     for column in _MEMORY_COLUMNS.values():
         table[column] = table[column].astype(float) if column in table else float("nan")
@@ -408,7 +416,8 @@ def build_frontier_report(
             "stopped; where the capacity is unknown"
             + (" (a CPU run, whose figure is host memory)" if cpu else "")
             + ", on the dotted out-of-memory line at the top of the panel.</p>",
-            wrapping_table_html(probes.drop(columns=["error_tail"])),
+            # what ran where and when is the header's; the CSV keeps it per probe
+            wrapping_table_html(probes.drop(columns=["error_tail", "hardware", "measured_at"])),
         ]
         for row in probes[~probes["status"].isin([OK, OOM])].itertuples():
             parts.append(

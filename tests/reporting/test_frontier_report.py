@@ -79,6 +79,8 @@ def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated
     # frontiers.csv: the probes' wall times as device seconds, whatever the device
     frontiers = frontier_table(searches, results)
     assert "gpu_seconds" not in frontiers and (frontiers["device_seconds"] == 3 * frontiers["probes_used"]).all()
+    # frontiers.csv and probes.csv say what the probes trained on, as results.csv does
+    assert set(frontiers["hardware"]) == {"cpu"} and set(probes_table(results)["hardware"]) == {"cpu"}
     probes_used = sum(r.probes_used for r in results)
     assert f"{probes_used} probes, {3 * probes_used} CPU seconds in all." in summary
     assert [line for line in report.headline if "out of memory:" in line] == [
