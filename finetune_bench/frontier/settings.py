@@ -3,6 +3,7 @@ searches, how probes run; validated and expanded into one `FrontierSearch` per a
 
 import dataclasses
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -39,6 +40,8 @@ class FrontierArm(StrictFromJson):
     SECTION = "arms[]"
     # How a list of arms is written (in messages).
     LIST_EXAMPLE = "{arm: liger}, {arm: baseline}"
+    # Its values are read as the training settings they set (an arm name that means nothing is refused with them).
+    SETS_TRAINING_ARGS = True
 
     # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
     arm: str = "baseline"
@@ -70,7 +73,7 @@ class BatchSizeSearch(StrictFromJson):
 
     SECTION = "batch_size_search"
 
-    def check(self) -> None:
+    def check(self, skip: Collection[str] = ()) -> None:
         _enabled(self)
 
     # Search this dimension at all; the first batch size probed, and the largest one tried.
@@ -85,7 +88,7 @@ class SeqLengthSearch(StrictFromJson):
 
     SECTION = "seq_length_search"
 
-    def check(self) -> None:
+    def check(self, skip: Collection[str] = ()) -> None:
         _enabled(self)
 
     # Search this dimension at all.
@@ -107,12 +110,13 @@ class ProbeSettings(StrictFromJson):
 
     SECTION = "probes"
 
-    def check(self) -> None:
+    def check(self, skip: Collection[str] = ()) -> None:
         problems = Problems()
         with problems.check():
             check_fields(self, self.SECTION)
         with problems.check():
-            _check_probe_steps(self)
+            if not {"max_steps", "timing_warmup_steps"} & set(skip):
+                _check_probe_steps(self)
         problems.raise_if_any()
 
     # Optimizer steps per probe, and how many of them are warm-up (left out of the probe's timing).
@@ -270,13 +274,17 @@ def no_axes() -> ExperimentArgs:
 
 
 def _check_arms(arms: list[FrontierArm]) -> None:
+    """A list of at least one arm, each setting of every arm valid (every problem at once), no arm twice."""
     if not isinstance(arms, list):
         check_list("arms", arms, FrontierArm, "arms", FrontierArm.LIST_EXAMPLE, wrap="{{arm: {}}}")
     if not arms:
         raise SpecError("arms must list at least one arm, e.g. [{arm: liger}, {arm: baseline}]")
+    problems = Problems()
     for index, arm in enumerate(arms):
         for name, value in arm_overrides(arm).items():
-            check_setting(f"arms[{index}].{name}", name, value)
+            with problems.check():
+                check_setting(f"arms[{index}].{name}", name, value)
+    problems.raise_if_any()
     names = [arm_name(arm) for arm in arms]
     if len(set(names)) != len(names):
         raise SpecError(f"arms repeats an arm: {names}")

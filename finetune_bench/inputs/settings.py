@@ -7,7 +7,7 @@ overrides, so adding an axis is adding one list-valued field here and nothing el
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,13 +72,22 @@ class StrictFromJson:
         """The section read from `data` (its keys, their types, then `check`), every problem in one SpecError;
         `section`: how the inputs spell where it came from (default `SECTION`); `elsewhere`: the workflow's other
         sections (name → class), where a key that is not a setting here is looked for."""
-        check_section(cls, section or cls.SECTION, data, elsewhere)
-        value = cls(**data)
-        value.check()
-        return value
+        problems, refused = section_problems(cls, section or cls.SECTION, data, elsewhere)
+        if not problems.found:
+            value = cls(**data)
+            value.check()
+            return value
+        # The section's own checks still run on what reads (every refused or unknown key left at its default), so
+        # that a refused value does not hide the problems across the others; a check that reads a refused setting
+        # is not run.
+        fields = {f.name for f in dataclasses.fields(cls)}
+        with problems.check():
+            cls(**{k: v for k, v in data.items() if k in fields and k not in refused}).check(skip=refused)
+        problems.raise_if_any()
 
-    def check(self) -> None:
-        """The checks that need only this section."""
+    def check(self, skip: Collection[str] = ()) -> None:
+        """The checks that need only this section; `skip`: settings whose values were refused (left at their
+        defaults here), which a check across settings must not read."""
 
 
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
@@ -105,8 +114,8 @@ class TrainingArgs(StrictFromJson):
 
     SECTION = "training_args"
 
-    def check(self) -> None:
-        validate_training_args(self)
+    def check(self, skip: Collection[str] = ()) -> None:
+        validate_training_args(self, skip)
 
     # What to train and on what. A model is a hub id, a local directory, or `random:<architecture>`
     # (a random-init model built from a bundled config, see `finetune_bench.inputs.catalog.architectures`).
@@ -290,35 +299,48 @@ class TrainingArgs(StrictFromJson):
 _TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingArgs)}
 
 
-def validate_training_args(training_args: TrainingArgs) -> None:
+def validate_training_args(training_args: TrainingArgs, skip: Collection[str] = ()) -> None:
     """Every field's type and rules, then (when those hold) the fields that constrain each other and the
-    model and data sources; every problem in one SpecError."""
-    check_fields(training_args, TrainingArgs.SECTION, typed=True)  # the checks below compare valid fields
+    model and data sources; every problem in one SpecError. `skip`: fields whose values were refused already
+    (`StrictFromJson.from_mapping`), neither checked again nor read by a check across fields."""
+    names = [name for name in _TRAINING_FIELDS if name not in skip]
+    check_fields(training_args, TrainingArgs.SECTION, names, typed=True)  # the checks below compare valid fields
     t = training_args
     problems = Problems()
+
+    def reads(*fields: str) -> bool:
+        return not set(fields) & set(skip)
+
     with problems.check():
-        if t.synthetic_min_words > t.synthetic_max_words:
+        if reads("synthetic_min_words", "synthetic_max_words") and t.synthetic_min_words > t.synthetic_max_words:
             raise SpecError(
                 "training_args.synthetic_min_words must not exceed synthetic_max_words "
                 f"({t.synthetic_min_words} > {t.synthetic_max_words})"
             )
     with problems.check():
-        if t.timing_warmup_steps >= t.max_steps:
+        if reads("timing_warmup_steps", "max_steps") and t.timing_warmup_steps >= t.max_steps:
             raise SpecError(
                 f"training_args.timing_warmup_steps ({t.timing_warmup_steps}) must be below "
                 f"max_steps ({t.max_steps}): no step would be measured"
             )
     with problems.check():
-        if t.profile_steps != _TRAINING_FIELDS["profile_steps"].default and not t.profile:
+        if (
+            reads("profile_steps", "profile")
+            and t.profile_steps != _TRAINING_FIELDS["profile_steps"].default
+            and not t.profile
+        ):
             raise SpecError(
                 f"training_args.profile_steps ({t.profile_steps}) with profile false: no step is profiled, so it "
                 "would change nothing; set profile: true, or leave profile_steps out"
             )
     with problems.check():
-        catalog.check_model_name(t.model_name)
-        check_model_config_overrides(t.model_name, t.model_config_overrides)  # read against the model's config
+        if reads("model_name"):
+            catalog.check_model_name(t.model_name)
+            if reads("model_config_overrides"):  # read against the model's config
+                check_model_config_overrides(t.model_name, t.model_config_overrides)
     with problems.check():
-        catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
+        if reads("dataset_name", "dataset_config", "dataset_split"):
+            catalog.check_dataset(t.dataset_name, t.dataset_config, t.dataset_split)
     problems.raise_if_any()
 
 
@@ -332,8 +354,8 @@ class ExperimentArgs(StrictFromJson):
 
     SECTION = "experiment_args"
 
-    def check(self) -> None:
-        validate_experiment_args(self)
+    def check(self, skip: Collection[str] = ()) -> None:
+        validate_experiment_args(self)  # a refused axis is left empty: not swept
 
     arm: list[str] = field(default_factory=list)
     per_device_train_batch_size: list[int] = field(default_factory=list)
@@ -376,11 +398,20 @@ _ALIASES = {"batch_size": "per_device_train_batch_size", "train_batch_size": "pe
 
 def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None) -> None:
     """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping),
-    every one of them in one SpecError. An unknown key that is a setting of another section (`elsewhere`, the
-    workflow's other sections by name) is pointed there.
+    every one of them in one SpecError (`section_problems`)."""
+    section_problems(cls, section, data, elsewhere)[0].raise_if_any()
 
-    `training_args` and `experiment_args` values are checked as settings (type and range); any other
-    section's fields by their annotation (bool, int, float, str).
+
+def section_problems(
+    cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None
+) -> tuple[Problems, set[str]]:
+    """The unknown keys and refused values of one inputs section (a dataclass given as a mapping), and the keys of
+    its settings whose values were refused. An unknown key that is a setting of another section (`elsewhere`, the
+    workflow's other sections by name) is pointed there. A section that is not a mapping is a SpecError.
+
+    `training_args` and `experiment_args` values, and those of a section whose fields are training settings
+    (`SETS_TRAINING_ARGS`, a frontier arm), are checked as settings (type and range), each value of an axis on its
+    own; any other section's fields by their annotation (bool, int, float, str).
     """
     if data is None:
         raise SpecError(
@@ -390,8 +421,9 @@ def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, ty
     if not isinstance(data, dict):
         raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
     annotations = {f.name: f.type for f in dataclasses.fields(cls)}
-    problems = Problems()
+    problems, refused = Problems(), set()
     for key, value in data.items():
+        before = len(problems.found)
         with problems.check():
             if key not in annotations:
                 hint = _RENAMED.get(str(key)) if "arm" in annotations else None
@@ -412,13 +444,17 @@ def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, ty
                 raise SpecError(f"{section}.{shown_name(key)} is not a setting{suggestion}")
             if cls is ExperimentArgs:
                 check_axis_list(f"{section}.{key}", key, value)
-                for element in value:
-                    check_setting(f"{section}.{key}", key, element)
-            elif cls is TrainingArgs:
+            elif cls is TrainingArgs or getattr(cls, "SETS_TRAINING_ARGS", False):
                 check_setting(f"{section}.{key}", key, value)
             else:
                 check_type(f"{section}.{key}", annotations[key], value)
-    problems.raise_if_any()
+        if cls is ExperimentArgs and isinstance(value, list) and len(problems.found) == before:
+            for element in value:  # every value refused is named, not the first
+                with problems.check():
+                    check_setting(f"{section}.{key}", key, element)
+        if len(problems.found) > before and key in annotations:
+            refused.add(key)
+    return problems, refused
 
 
 def _other_section(cls: type, key: str, elsewhere: Mapping[str, type]) -> str:

@@ -102,3 +102,20 @@ def test_a_key_in_the_wrong_section_points_at_the_section_that_takes_it():
         "probes.learning_rate is not a setting: it is a setting of training_args; write it under training_args:",
         "arms[0].dtype is not a setting: it is a setting of training_args; write it under training_args:",
     ]
+
+
+def test_every_refused_arm_is_named_when_read_and_when_planned():
+    read = problems({"arms": [{"arm": "ligr"}, {"arm": "liger"}, {"arm": "cce+baseline"}]})
+    assert [p.split(":")[0] for p in read] == ["arms[0].arm", "arms[2].arm"]
+    with pytest.raises(SpecError) as error:
+        _check_arms([FrontierArm(arm="ligr"), FrontierArm(arm="liger"), FrontierArm(arm="cce+baseline")])
+    assert [p.split(":")[0] for p in error.value.problems] == ["arms[0].arm", "arms[2].arm"]
+
+
+def test_a_refused_probe_count_does_not_hide_the_others_and_is_not_compared():
+    found = read_inputs(
+        {"probes": {"max_steps": "two", "timing_warmup_steps": 5, "retries": -1}},
+        FRONTIER_INTERFACE,
+        "memory_frontier",
+    ).problems
+    assert found == ["probes.max_steps must be int, got 'two'", "probes.retries must be at least 0, got -1"]

@@ -45,3 +45,14 @@ def test_modes_have_the_same_strictness(modes):
 
 def test_a_list_of_kernels_still_reads():
     assert KernelBenchmarkSettings.from_mapping({"kernels": ["rms_norm"]}).kernels == ["rms_norm"]
+
+
+def test_an_unknown_key_does_not_hide_the_values_refused_beside_it():
+    assert refusal({"kernel": ["rope"], "kernels": ["swigl"], "tokens": [0], "warmup_ms": "25"}) == [
+        "sweep.kernel is not a setting (did you mean 'kernels'?)",
+        "sweep.warmup_ms must be int, got '25'",
+        "sweep.kernels: 'swigl' is not a kernel here (did you mean 'swiglu'?); known: ['rms_norm', 'layer_norm', "
+        "'rope', 'swiglu', 'geglu', 'cross_entropy', 'fused_linear_cross_entropy', 'fused_add_rms_norm', 'dyt', "
+        "'relu_squared', 'kl_div']",
+        "sweep.tokens must be a non-empty list of positive integers, got [0]",
+    ]
