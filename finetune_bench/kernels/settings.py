@@ -65,8 +65,28 @@ def _known_kernels(key: str, names: list[str]) -> None:
 
 
 def _bundled_architecture(key: str, model: str) -> None:
+    """A bundled architecture whose config names the shapes the kernels take (`model_shapes`): one that names them
+    otherwise (GPT-2's n_embd, n_head) would end every point of the sweep as an error."""
     if model not in architectures():
         raise SpecError(f"{key}: {model!r} is not a bundled architecture{closest(model, architectures())}")
+    missing = _missing_shapes(model)
+    if missing:
+        usable = [name for name in architectures() if not _missing_shapes(name)]
+        model_type = architecture_config(model).get("model_type", "unknown")
+        raise SpecError(
+            f"{key}: {model!r} (model type {model_type!r}) has no {' / '.join(missing)} in its config, from which the "
+            f"kernels take their shapes: every point would end as an error; use one of {usable}"
+        )
+
+
+def _missing_shapes(model: str) -> list[str]:
+    """The config keys `model_shapes` needs that `model`'s bundled config lacks."""
+    config = architecture_config(model)
+    return [name for name in _SHAPE_KEYS if name not in config]
+
+
+# The config keys every kernel's shapes come from (`model_shapes`; the rest have defaults).
+_SHAPE_KEYS = ("hidden_size", "intermediate_size", "vocab_size", "num_attention_heads")
 
 
 def _token_counts(key: str, tokens: list[int]) -> None:

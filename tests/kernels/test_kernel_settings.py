@@ -56,3 +56,13 @@ def test_an_unknown_key_does_not_hide_the_values_refused_beside_it():
         "'relu_squared', 'kl_div']",
         "sweep.tokens must be a non-empty list of positive integers, got [0]",
     ]
+
+
+def test_an_architecture_whose_config_names_its_shapes_otherwise_is_refused_before_every_point_errors():
+    (problem,) = refusal({"model": "tiny-gpt2"})
+    assert problem.startswith(
+        "sweep.model: 'tiny-gpt2' (model type 'gpt2') has no hidden_size / intermediate_size / num_attention_heads in "
+        "its config, from which the kernels take their shapes: every point would end as an error; use one of ["
+    )
+    assert "'tiny-llama'" in problem and "'tiny-gpt2'" not in problem.split("use one of")[1]
+    assert KernelBenchmarkSettings.from_mapping({"model": "tiny-qwen2"}).model == "tiny-qwen2"
