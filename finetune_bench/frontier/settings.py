@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
-from finetune_bench.inputs.errors import Problems, SpecError
+from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.rules import check_fields, check_list, is_integer, requirement, setting
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
-from finetune_bench.inputs.validation import validate, validate_condition
+from finetune_bench.inputs.validation import NOT_RUN, validate, validate_condition
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.
 BATCH_SIZE = "per_device_train_batch_size"
@@ -215,7 +215,8 @@ def plan_searches(
     _check_data_fits(training_args, ranges)
 
     searches = []
-    for arm, r in itertools.product(arms, ranges):
+    unrunnable = Problems()  # the first problem of each search, every search's at once
+    for (index, arm), r in itertools.product(enumerate(arms), ranges):
         probe_args = dataclasses.replace(
             training_args,
             **arm_overrides(arm),
@@ -224,10 +225,11 @@ def plan_searches(
             timing_warmup_steps=probes.timing_warmup_steps,
         )
         # The probe settings at both ends of the range must be runnable settings.
-        for value in (r.start, r.cap):
-            args = dataclasses.replace(probe_args, **{r.dimension: value})
-            validate(no_axes(), args, 1)
-            validate_condition(args, {**arm_overrides(arm), r.dimension: value})
+        with unrunnable.check():
+            for value in (r.start, r.cap):
+                args = dataclasses.replace(probe_args, **{r.dimension: value})
+                validate(no_axes(), args, 1)
+                _check_probe_runs(args, {**arm_overrides(arm), r.dimension: value}, index)
         searches.append(
             FrontierSearch(
                 arm=arm,
@@ -242,7 +244,23 @@ def plan_searches(
                 guided=probes.guided,
             )
         )
+    unrunnable.raise_if_any()
     return searches
+
+
+def _check_probe_runs(args: TrainingArgs, swept: dict, index: int) -> None:
+    """`validate_condition` of one probe's settings; a condition the benchmark would refuse alone (a liger arm on a
+    model type Liger cannot patch) refuses the inputs here, naming the arm: its searches could only end as errors."""
+    try:
+        validate_condition(args, swept)
+    except ConditionRefused as refused:
+        raise SpecError(
+            *(
+                f"arms[{index}]: {problem.removesuffix(NOT_RUN).rstrip(' .')}; the memory frontier cannot search this "
+                "arm (its every probe would end as an error): leave it out of arms"
+                for problem in refused.problems
+            )
+        ) from None
 
 
 def _check_range(r: "_Range") -> None:

@@ -41,6 +41,8 @@ from finetune_bench.inputs.settings import (
 
 # More runs than this in one grid is a mistake in the inputs (days of GPU time), refused before it is expanded.
 MAX_RUNS = 10_000
+# What the benchmark does with a condition refused alone (`ConditionRefused`), said in its message.
+NOT_RUN = "This condition is not run; the others are."
 
 
 def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> None:
@@ -282,8 +284,7 @@ def _check_liger(t: TrainingArgs, arm: Arm, where: str) -> None:
     if kind is not None and kind not in supported_model_types():
         raise ConditionRefused(
             f"arm {arm.name!r}: Liger has no kernels for model type {kind!r} (training_args.model_name "
-            f"{t.model_name!r}){where}; Liger patches {supported_model_types()}. "
-            "This condition is not run; the others are."
+            f"{t.model_name!r}){where}; Liger patches {supported_model_types()}. {NOT_RUN}"
         )
     missing = [k for k in arm.liger_kernels if kind is not None and k not in kernel_switches(kind)]
     if missing:

@@ -3,7 +3,14 @@ a section of another workflow's inputs points at the frontier's own."""
 
 import pytest
 
-from finetune_bench.frontier.settings import BatchSizeSearch, FrontierArm, ProbeSettings, SeqLengthSearch, _check_arms
+from finetune_bench.frontier.settings import (
+    BatchSizeSearch,
+    FrontierArm,
+    ProbeSettings,
+    SeqLengthSearch,
+    _check_arms,
+    plan_searches,
+)
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.reading import read_inputs
 from finetune_bench.inputs.settings import TrainingArgs
@@ -119,3 +126,27 @@ def test_a_refused_probe_count_does_not_hide_the_others_and_is_not_compared():
         "memory_frontier",
     ).problems
     assert found == ["probes.max_steps must be int, got 'two'", "probes.retries must be at least 0, got -1"]
+
+
+def test_an_arm_that_cannot_run_on_the_model_is_refused_naming_it_not_a_traceback():
+    """The benchmark runs the other conditions of a grid beside one it refuses alone; the frontier searches each arm,
+    and a liger arm on a model type Liger cannot patch would end every probe as an error."""
+    training_args = TrainingArgs(
+        model_name="random:tiny-gpt2", backend="plain_loop", synthetic_min_words=64, synthetic_max_words=80
+    )
+    arms = [FrontierArm(arm="baseline"), FrontierArm(arm="liger:rope")]
+    with pytest.raises(SpecError) as error:
+        plan_searches(
+            training_args,
+            arms,
+            BatchSizeSearch(start=1, cap=2),
+            SeqLengthSearch(enabled=False),
+            ProbeSettings(max_steps=2, timing_warmup_steps=1),
+        )
+    assert type(error.value) is SpecError, "the inputs are refused, not one condition"
+    (problem,) = error.value.problems
+    assert problem.startswith("arms[1]: arm 'liger:rope': Liger has no kernels for model type 'gpt2'")
+    assert problem.endswith(
+        "; the memory frontier cannot search this arm (its every probe would end as an error): leave it out of arms"
+    )
+    assert "This condition is not run" not in problem
