@@ -99,7 +99,7 @@ def check_list(
         listed = ", ".join(wrap.format(k) for k in wanted) or example
         raise SpecError(
             f"{key} must be a list, got the mapping {value!r}: list the wanted {item_name} instead "
-            f"({name}: [{listed}]); a name left out is not run"
+            f"({name}: [{listed}]); one left out is not run"
         )
     if not isinstance(value, list):
         raise SpecError(f"{key} must be a list, got {value!r}: write {name}: [{wrap.format(value)}]")
@@ -123,7 +123,8 @@ def check_list(
                 f"{key}[{index}] must be a mapping, got {element!r}: write `- {block}` (or {one} inside [...])"
             )
         elif item is not None and (not isinstance(element, item) or (isinstance(element, bool) and item is not bool)):
-            problems.append(f"{key}[{index}] must be {item.__name__}, got {element!r}")
+            hint = _number_as_text_hint(item.__name__, element.strip()) if isinstance(element, str) else ""
+            problems.append(f"{key}[{index}] must be {item.__name__}, got {element!r}{hint}")
     if problems:
         raise SpecError(*problems)
 

@@ -236,7 +236,7 @@ class KernelBenchmarkSettings(StrictFromJson):
     # `qwen2.5-7b`, `phi-3-mini`, `mistral-7b`, `gemma-2-2b`, ...; the names `random:` takes).
     model: str = setting("llama-3-8b", _bundled_architecture)
     # The sweep: tokens of one sequence (the x axis `T`) or rows of the flattened batch (`BT`).
-    tokens: list[int] = setting([1024, 2048, 4096, 8192], _token_counts)
+    tokens: list[int] = setting([1024, 2048, 4096, 8192], list_of(int, "token counts", "1024, 2048"), _token_counts)
     # The inputs' dtype (the cross entropy's logits stay float32, as in Liger's own benchmark).
     dtype: str = choice("bfloat16", DTYPES)
     # The passes measured: forward, backward (of one forward's output), full (both).

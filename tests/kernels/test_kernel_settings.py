@@ -66,3 +66,24 @@ def test_an_architecture_whose_config_names_its_shapes_otherwise_is_refused_befo
     )
     assert "'tiny-llama'" in problem and "'tiny-gpt2'" not in problem.split("use one of")[1]
     assert KernelBenchmarkSettings.from_mapping({"model": "tiny-qwen2"}).model == "tiny-qwen2"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "problem"),
+    [
+        (
+            None,
+            "sweep.tokens is null (is every item commented out?): write a list, e.g. tokens: [1024, 2048], or leave "
+            "tokens out for its default",
+        ),
+        (4096, "sweep.tokens must be a list, got 4096: write tokens: [4096]"),
+        (
+            {512: True, 1024: False},
+            "sweep.tokens must be a list, got the mapping {512: True, 1024: False}: list the wanted token counts "
+            "instead (tokens: [512]); one left out is not run",
+        ),
+        (["2,048"], "sweep.tokens[0] must be int, got '2,048' (a thousands separator: write 2048)"),
+    ],
+)
+def test_token_counts_have_the_same_strictness(tokens, problem):
+    assert refusal({"tokens": tokens}) == [problem]
