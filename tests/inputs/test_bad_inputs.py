@@ -5,6 +5,7 @@ Below its `# expect:` line a file may name its workflow (`# workflow: workflows/
 benchmark's by default) and environment variables to run with (`# env: NAME=value`, `{tmp}` a fresh directory)."""
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,12 @@ def header(path: Path, name: str) -> list[str]:
 
 
 def test_the_corpus_is_large_enough():
-    assert len(BAD_INPUTS) >= 30
+    """Every workflow's inputs have files of their own: the frontier's and the kernel benchmark's sections are read
+    with the same strictness as the benchmark's, and each class of problem is tried on each."""
+    workflows = Counter((header(path, "workflow") or [BENCHMARK])[0] for path in BAD_INPUTS)
+    assert workflows[BENCHMARK] >= 150
+    assert workflows["workflows/frontier.py memory_frontier"] >= 30
+    assert workflows["workflows/kernels.py kernel_benchmark"] >= 25
 
 
 @pytest.fixture(scope="module")
