@@ -9,10 +9,12 @@ A local `pyflyte run` ends by echoing the workflow's outputs: the tables' pandas
 report and its directory. `quiet_console` prints instead the report's own summary (`summary.txt`, written beside
 each report by `tasks.analysis.publish`): its first lines, then `report:` and `results:` with the paths where the
 files are (the export directory, `FINETUNE_BENCH_EXPORT_DIR`, when one is set). `FINETUNE_BENCH_VERBOSE=1` (`make
-... VERBOSE=1`) or `pyflyte -v run ...` prints the outputs as flytekit does.
+... VERBOSE=1`) or `pyflyte -v run ...` prints the outputs as flytekit does; the first also brings back datasets'
+progress bars (saving the generated data, tokenizing it), which are off otherwise.
 """
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import click
 from tasks.analysis import EXPORT_DIR_ENV, SUMMARY_FILE
 
 VERBOSE_ENV = "FINETUNE_BENCH_VERBOSE"
+DATASETS_PROGRESS_ENV = "HF_DATASETS_DISABLE_PROGRESS_BARS"
 # The lines of SUMMARY_FILE that name a file of the report's directory.
 PATH_KEYS = ("report", "results")
 
@@ -88,8 +91,14 @@ def _flag_declared_once(to_click_option: Any) -> Any:
 
 
 def quiet_console() -> None:
-    """Install both (idempotent): flag inputs declared once, and a local run's ending summary."""
+    """Install both (idempotent): flag inputs declared once, and a local run's ending summary; and, unless
+    `FINETUNE_BENCH_VERBOSE`, no progress bars of datasets (saving, mapping) in this process or its children."""
     from flytekit.clis.sdk_in_container import run
+
+    if os.environ.get(VERBOSE_ENV, "") in ("", "0"):
+        os.environ.setdefault(DATASETS_PROGRESS_ENV, "1")  # read when datasets is imported
+        if "datasets" in sys.modules:
+            sys.modules["datasets"].disable_progress_bars()
 
     if not getattr(run.to_click_option, "declared_once", False):
         run.to_click_option = _flag_declared_once(run.to_click_option)
