@@ -26,7 +26,8 @@ from finetune_bench.inputs.catalog import (
     PARALLELISMS,
     SYNTHETIC_LENGTH_DISTRIBUTIONS,
 )
-from finetune_bench.inputs.errors import Problems, SpecError, closest, shown_name
+from finetune_bench.inputs.errors import Problems, SpecError
+from finetune_bench.inputs.hints import AXIS_EXAMPLES, not_a_setting
 from finetune_bench.inputs.model_checks import check_scheduler
 from finetune_bench.inputs.model_overrides import (
     check_config_overrides_syntax,
@@ -45,7 +46,7 @@ from finetune_bench.inputs.rules import (
     requirement,
     setting,
 )
-from finetune_bench.inputs.tutorial import TUTORIAL_KEYS, flow
+from finetune_bench.inputs.tutorial import flow
 
 
 class StrictFromJson:
@@ -388,14 +389,6 @@ def smoke_experiment() -> "ExperimentArgs":
     return ExperimentArgs(arm=["liger", "baseline"], per_device_train_batch_size=[1, 2])
 
 
-# Keys users bring from Liger's and TRL's own switches, and from earlier versions of these inputs.
-_LIGER_SWITCH_HINT = "liger on/off is the arm axis: arm: [liger, baseline]"
-_RENAMED = {key: _LIGER_SWITCH_HINT for key in ("liger", *(k for k, e in TUTORIAL_KEYS.items() if e.setting == "arm"))}
-# Names other tools give settings that spelling alone would match to another one (`batch_size` is nearer
-# `per_device_eval_batch_size` than the training batch it means).
-_ALIASES = {"batch_size": "per_device_train_batch_size", "train_batch_size": "per_device_train_batch_size"}
-
-
 def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None) -> None:
     """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping),
     every one of them in one SpecError (`section_problems`)."""
@@ -426,22 +419,16 @@ def section_problems(
         before = len(problems.found)
         with problems.check():
             if key not in annotations:
-                hint = _RENAMED.get(str(key)) if "arm" in annotations else None
-                alias = _ALIASES.get(str(key))
-                tutorial = TUTORIAL_KEYS.get(str(key)) if cls in (TrainingArgs, ExperimentArgs) else None
-                pointer = _other_section(cls, str(key), elsewhere or {})
-                if pointer:
-                    suggestion = pointer
-                elif hint:
-                    suggestion = f" (did you mean 'arm'? {hint})"
-                elif alias in annotations:
-                    suggestion = f" (did you mean {alias!r}?)"
-                elif tutorial is not None:
-                    suggestion = tutorial.suggestion
-                else:
-                    suggestion = closest(str(key), list(annotations))
-                # A key with spaces around it, or a character that does not show, is quoted with its escapes.
-                raise SpecError(f"{section}.{shown_name(key)} is not a setting{suggestion}")
+                raise SpecError(
+                    not_a_setting(
+                        section,
+                        key,
+                        cls,
+                        elsewhere or {},
+                        unsweepable=set(_TRAINING_FIELDS) if cls is ExperimentArgs else set(),
+                        from_tutorials=cls in (TrainingArgs, ExperimentArgs),
+                    )
+                )
             if cls is ExperimentArgs:
                 check_axis_list(f"{section}.{key}", key, value)
             elif cls is TrainingArgs or getattr(cls, "SETS_TRAINING_ARGS", False):
@@ -455,26 +442,6 @@ def section_problems(
         if len(problems.found) > before and key in annotations:
             refused.add(key)
     return problems, refused
-
-
-def _other_section(cls: type, key: str, elsewhere: Mapping[str, type]) -> str:
-    """Where `key`, not a setting of `cls`, goes: a training setting given as an axis cannot be swept; a setting of
-    another section of the workflow (`elsewhere`) is written under it; "" when neither."""
-    if cls is ExperimentArgs and key in _TRAINING_FIELDS:
-        return (
-            f": {key} is a training setting that cannot be swept; set one value for every condition under "
-            f"training_args: (training_args: {{{key}: ...}})"
-        )
-    sections = [
-        name
-        for name, other in elsewhere.items()
-        if other is not cls and key in {f.name for f in dataclasses.fields(other)}
-    ]
-    if not sections:
-        return ""
-    if len(sections) == 1:
-        return f": it is a setting of {sections[0]}; write it under {sections[0]}:"
-    return f": it is a setting of {' and '.join(sections)}; write it under the one it is meant for"
 
 
 def axis_names() -> list[str]:
@@ -507,25 +474,10 @@ def validate_experiment_args(experiment_args: ExperimentArgs) -> None:
     problems.raise_if_any()
 
 
-# How an axis's list is written, in messages (other axes: their training_args default).
-_AXIS_EXAMPLES = {
-    "arm": "liger, baseline",
-    "per_device_train_batch_size": "1, 2",
-    "max_seq_length": "512, 1024",
-    "gradient_accumulation_steps": "1, 4",
-    "gradient_checkpointing": "false, true",
-    "learning_rate": "1.0e-5, 2.0e-5",
-    "num_gpus": "1, 2",
-    "num_nodes": "1, 2",
-    "model_config_overrides": "'', num_hidden_layers=8",
-    "software_set": "'', liger-kernel==0.8.2",
-}
-
-
 def check_axis_list(key: str, name: str, values: Any) -> None:
     """An axis's values a flat list (`rules.check_list`): null (every value commented out), a bare value, an on/off
     mapping and a nested list each named with what to write instead."""
-    example = _AXIS_EXAMPLES.get(name) or flow(_TRAINING_FIELDS[name].default)
+    example = AXIS_EXAMPLES.get(name) or flow(_TRAINING_FIELDS[name].default)
     check_list(key, values, None, "values", example, left_out="to use training_args' value (not swept)")
 
 
