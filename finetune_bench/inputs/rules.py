@@ -116,6 +116,11 @@ def check_list(
                 f"{key}[{index}] is null (an item left empty, or its value commented out?): remove its line, or "
                 f"write it, e.g. {name}: [{example}]"
             )
+        elif item is dict and element == {}:
+            problems.append(
+                f"{key}[{index}] is an empty mapping (its settings commented out?): write it, e.g. "
+                f"`- {wrap.format('<name>').removeprefix('{').removesuffix('}')}`, or remove its line"
+            )
         elif item is dict and not isinstance(element, dict):
             one = wrap.format(element)  # `{arm: liger}`; in a block list `- arm: liger`
             block = one.removeprefix("{").removesuffix("}")
@@ -180,6 +185,8 @@ def check_type(key: str, annotation: Any, value: Any) -> None:
             hint = f" (an item of {value.joined}, which YAML reads as several)"
         elif name in ("float", "int") and isinstance(value, str):
             hint = _number_as_text_hint(name, value.strip())
+        elif value is None:  # `key:` with nothing after it, or its value commented out
+            hint = f" (left empty: write its value, or remove {key.rsplit('.', 1)[-1]} for its default)"
         elif name == "str" and isinstance(value, bool):
             words, example = ("yes, on or true", "yes") if value else ("no, off or false", "no")
             hint = f" (YAML 1.1 reads an unquoted {words} as {str(value).lower()}: quote it, e.g. '{example}')"

@@ -53,9 +53,16 @@ def test_arms_written_as_names_say_how_to_write_an_item():
 
 def test_an_empty_item_and_an_empty_arm_are_each_named():
     found = problems({"arms": [{"arm": None}, {"arm": "liger"}, None]})
-    assert "arms[0].arm must be str, got None" in found
+    assert "arms[0].arm must be str, got None (left empty: write its value, or remove arm for its default)" in found
     assert any(p.startswith("arms[2] is null (an item left empty, or its value commented out?)") for p in found)
     assert len(found) == 2
+
+
+def test_an_arm_left_as_an_empty_mapping_is_named_not_read_as_the_baseline():
+    (problem,) = problems({"arms": [{"arm": "liger"}, {}]})
+    assert problem.startswith(
+        "arms[1] is an empty mapping (its settings commented out?): write it, e.g. `- arm: <name>`"
+    )
 
 
 def test_a_nested_list_of_arms_is_named():
