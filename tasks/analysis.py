@@ -172,7 +172,9 @@ def analyze_results(
         directories={f"profiles/{condition}-run{run}": path for (condition, run), path in profile_dirs.items()},
     )
     results, steps = without_secrets(analysis.table), without_secrets(analysis.steps)
-    ratio = success_ratio_problems(planned, unpack(outputs)[0], execution.min_success_ratio)
+    export = os.environ.get(EXPORT_DIR_ENV)
+    report_at = str(Path(export) / "report.html") if export else "the execution's report output"
+    ratio = success_ratio_problems(planned, unpack(outputs)[0], execution.min_success_ratio, report_at)
     return AnalysisOutputs(results, steps, report_file, files, analysis.problems + export_problems + ratio)
 
 
@@ -186,10 +188,10 @@ MAX_FAILURES_NAMED = 20
 
 
 def success_ratio_problems(
-    planned: list[PlannedRun], results: list[RunResult | None], min_success_ratio: float
+    planned: list[PlannedRun], results: list[RunResult | None], min_success_ratio: float, report_at: str = ""
 ) -> list[str]:
     """One problem naming every failed run when fewer than `min_success_ratio` of the grid's runs succeeded (ended
-    `ok`, out of memory, or predicted out of memory); none otherwise."""
+    `ok`, out of memory, or predicted out of memory); none otherwise. `report_at`: where the report is."""
     if not planned:
         return []
     failures = []
@@ -210,8 +212,8 @@ def success_ratio_problems(
     return [
         f"{SUCCESS_RATIO_PROBLEM} {min_success_ratio}: {succeeded} of {len(planned)} runs succeeded "
         f"({succeeded / len(planned):.0%}); {len(failures)} ended error, timeout or nonfinite (a run out of memory "
-        "is a result and counts as one that succeeded; the report and every result were written):\n"
-        + "\n".join(f"  - {line}" for line in named)
+        f"is a result and counts as one that succeeded; the report and every result were written"
+        f"{': ' + report_at if report_at else ''}):\n" + "\n".join(f"  - {line}" for line in named)
     ]
 
 

@@ -34,6 +34,8 @@ def test_out_of_memory_runs_are_results_and_failures_count_against_the_ratio():
     ):
         assert line in problem
     assert "second line" not in problem and "arm=a1" not in problem
+    (problem,) = success_ratio_problems(*grid("error"), 0.5, "runs/20261126-120000/report.html")
+    assert "the report and every result were written: runs/20261126-120000/report.html)" in problem
 
 
 def test_below_the_ratio_the_execution_fails_naming_the_failures_beside_lost_results():
