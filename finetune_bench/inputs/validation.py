@@ -312,8 +312,9 @@ def _check_model_shape(training_args: TrainingArgs, where: str) -> None:
 def _check_float8(training_args: TrainingArgs, arm: Arm, where: str) -> None:
     """torchao's float8 training where it can run: a full fine-tune (LoRA's adapters train beside frozen weights
     float8 does not convert), no other replacement of the linear layers (SwitchBack), a CUDA device, and torchao
-    installed (looked up where planning runs: the training image). The GPU's compute capability (8.9 or newer) is
-    known only on the machine that trains (`running.float8.check_float8_runs_here`)."""
+    installed (looked up where planning runs: the training image); on several GPUs the plain loop, which shares the
+    converted model itself. The GPU's compute capability (8.9 or newer) is known only on the machine that trains
+    (`running.float8.check_float8_runs_here`)."""
     t = training_args
     if not arm.float8:
         return
@@ -327,11 +328,12 @@ def _check_float8(training_args: TrainingArgs, arm: Arm, where: str) -> None:
             f"arm {arm.name!r}{where}: SwitchBack and float8 both replace the linear layers' matmuls; compare them "
             "as two arms"
         )
-    if t.world_size > 1:
+    if t.world_size > 1 and t.backend != "plain_loop":
         raise SpecError(
-            f"arm {arm.name!r} with {t.world_size} GPUs{where}: float8 training runs on one GPU only, where its "
-            "figures are checked (torchao's float8 under DDP, and under FSDP2 with its float8 all-gather, has no "
-            "measured figures yet: docs/multi-gpu.md); set num_gpus 1, or compare the other stacks on several GPUs"
+            f"arm {arm.name!r} with {t.world_size} GPUs and backend {t.backend!r}{where}: float8 training on several "
+            "GPUs runs with backend 'plain_loop', which shares the converted model itself (under FSDP2 its weights "
+            "are all-gathered in float8); the Trainer backends share it through accelerate, which the project does "
+            "not set up for float8. Set backend 'plain_loop', or num_gpus 1"
         )
     if t.device == "cpu":
         raise SpecError(

@@ -42,16 +42,32 @@ def float8_eligible(module: torch.nn.Module, lm_head: torch.nn.Module | None) ->
     )
 
 
-def apply_float8(model: torch.nn.Module) -> int:
-    """Convert the model's eligible linear layers to float8 training, in place; how many were converted."""
-    from torchao.float8 import convert_to_float8_training
+def apply_float8(model: torch.nn.Module, fsdp_float8_all_gather: bool = False) -> int:
+    """Convert the model's eligible linear layers to float8 training, in place; how many were converted.
+    `fsdp_float8_all_gather`: the model is to be sharded with FSDP2 over NCCL, which then all-gathers the converted
+    layers' weights in float8 (half the bytes of bf16), cast from each rank's shard with one scale per weight
+    (`precompute_float8_scales` after each optimizer step computes them all at once), as torchao's FSDP2 recipe does."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.float8_linear import Float8Linear
 
     lm_head = model.get_output_embeddings()
-    convert_to_float8_training(model, module_filter_fn=lambda module, _fqn: float8_eligible(module, lm_head))
+    convert_to_float8_training(
+        model,
+        config=Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather),
+        module_filter_fn=lambda module, _fqn: float8_eligible(module, lm_head),
+    )
     converted = sum(isinstance(module, Float8Linear) for module in model.modules())
     if converted == 0:
         raise Float8NotRunnable(
             "float8 training converted no linear layer: none but the LM head has both dimensions multiples of 16"
         )
     return converted
+
+
+def precompute_float8_scales(module: torch.nn.Module) -> None:
+    """After an optimizer step of a model sharded with FSDP2's float8 all-gather: every converted weight's scale for
+    the next all-gather, from one all-reduce of their maxima instead of one per layer (torchao's
+    `precompute_float8_dynamic_scale_for_fsdp`)."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    precompute_float8_dynamic_scale_for_fsdp(module)

@@ -70,6 +70,14 @@ def test_float8_plans_for_a_full_fine_tune_on_a_gpu(arm):
     validate_condition(condition(arm=arm, device="auto", backend="hf_trainer"), {})
 
 
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_float8_plans_on_several_gpus_with_the_plain_loop_and_is_refused_with_a_trainer(parallelism):
+    several = {"device": "cuda", "num_gpus": 4, "parallelism": parallelism}
+    validate_condition(condition(arm="float8+compile", **several), {})
+    refused = refusal(arm="float8+compile", backend="trl_sft", **several)
+    assert "with 4 GPUs and backend 'trl_sft'" in refused and "runs with backend 'plain_loop'" in refused
+
+
 def test_float8_is_refused_with_lora_on_a_cpu_and_beside_switchback():
     assert "LoRA trains adapters beside frozen weights" in refusal(arm="float8", backend="hf_trainer", lora_rank=8)
     assert "needs a CUDA GPU of compute capability 8.9" in refusal(arm="float8", device="cpu")

@@ -2,6 +2,8 @@
 head), and the refusals a machine without float8 matmuls gives before anything is loaded. Its matmuls are a GPU's:
 the float8 figures are measured on one (docs/measurements.md)."""
 
+import math
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -55,3 +57,79 @@ def test_a_gpu_below_compute_capability_8_9_is_refused_naming_its_capability(mon
     needed = rf"compute capability 8\.9 or newer .*NVIDIA Stand-in has {capability[0]}\.{capability[1]}"
     with pytest.raises(Float8NotRunnable, match=needed):
         check_float8_runs_here(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("all_gather", [False, True])
+def test_for_fsdp2_on_gpus_the_float8_layers_all_gather_their_weights_in_float8(all_gather):
+    from torchao.float8.float8_linear import Float8Linear
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    model = tiny_llama()
+    apply_float8(model, fsdp_float8_all_gather=all_gather)
+    layers = [m for m in model.modules() if isinstance(m, Float8Linear)]
+    assert layers and all(m.config.enable_fsdp_float8_all_gather is all_gather for m in layers)
+    # the weight FSDP2 shards: a tensor subclass whose all-gather casts the shard to float8 first
+    assert all(isinstance(m.weight, WeightWithDynamicFloat8CastTensor) is all_gather for m in layers)
+    assert not isinstance(model.lm_head.weight, WeightWithDynamicFloat8CastTensor)
+
+
+def _train_a_float8_rank(rank: int, port: int, parallelism: str, dataset_dir, model_dir, work_dir) -> None:
+    """One of two gloo ranks training the float8 arm through the plain loop's own `train` (float8's matmuls run on
+    this CPU here, which a run refuses: the check is lifted in this process only); its details and losses to
+    `work_dir`/rank<rank>.json."""
+    import dataclasses
+    import json
+    import os
+
+    import finetune_bench.running.backends.common as common
+    from finetune_bench.inputs.settings import TrainingArgs
+    from finetune_bench.measuring.steps import StepRecorder
+    from finetune_bench.running.backends.plain_loop import train
+    from finetune_bench.running.distributed import end_process_group, start_process_group
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
+    os.environ["WORLD_SIZE"] = "2"
+    common.check_float8_runs_here = lambda device: None
+    torch.set_num_threads(1)
+    args = dataclasses.replace(
+        TrainingArgs(),
+        **{"backend": "plain_loop", "arm": "float8", "device": "cpu", "dtype": "float32", "num_gpus": 2,
+           "parallelism": parallelism, "max_steps": 3, "timing_warmup_steps": 1, "eval_examples": 0,
+           "learning_rate": 1e-3, "per_device_train_batch_size": 2, "max_seq_length": 32},
+    )  # fmt: skip
+    start_process_group(torch.device("cpu"), 120)
+    recorder = StepRecorder(torch.device("cpu"), warmup_steps=1)
+    try:
+        details = train(args, dataset_dir, model_dir, torch.device("cpu"), torch.float32, recorder, work_dir)
+    finally:
+        end_process_group()
+    losses = [step.loss for step in recorder.steps]
+    (work_dir / f"rank{rank}.json").write_text(json.dumps({"details": details, "losses": losses}, default=str))
+
+
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_two_ranks_train_the_float8_layers_under_ddp_and_fsdp2(parallelism, tmp_path, tiny_dataset_dir, tiny_model_dir):
+    """The float8 arm on two gloo ranks through the plain loop: torchao's layers inside DDP's buckets and FSDP2's
+    shards. gloo has no float8 type, so FSDP2 all-gathers these weights in float32 here (on GPUs, over NCCL, in
+    float8: the configuration the test above checks)."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(
+        _train_a_float8_rank,
+        args=(port, parallelism, tiny_dataset_dir, tiny_model_dir, tmp_path),
+        nprocs=2,
+        start_method="spawn",
+    )
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank in ranks:
+        assert rank["details"]["float8_layers"] == 2 * 7  # q, k, v, o, gate, up, down in each of the 2 layers
+        assert rank["details"]["float8_all_gather"] is False  # gloo
+        assert len(rank["losses"]) == 3 and all(math.isfinite(loss) for loss in rank["losses"])
+    if parallelism == "ddp":  # each rank's loss of its own batch: different data, one model
+        assert ranks[0]["losses"] != ranks[1]["losses"]

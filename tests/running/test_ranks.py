@@ -286,10 +286,10 @@ def test_two_ranks_train_one_run_over_gloo(parallelism, backend, tmp_path, tiny_
     ],
 )
 def test_each_stack_of_the_shoot_out_trains_on_two_ranks(arm, parallelism, tmp_path, tiny_dataset_dir, tiny_model_dir):
-    """The stacks but float8 (refused on several GPUs at planning) under DDP and FSDP2: Cut Cross-Entropy's loss
-    reads the LM head's weight inside the shared module's forward, torch.compile's graphs run under either. Slow (a
-    minute or more each on two cores: the CPU's compiled kernels); the default run trains two ranks of the plain
-    model (test_two_ranks_train_one_run_over_gloo)."""
+    """The stacks but float8 (a run refuses its matmuls on a CPU: tests/running/test_float8.py trains it on two
+    ranks) under DDP and FSDP2: Cut Cross-Entropy's loss reads the LM head's weight inside the shared module's
+    forward, torch.compile's graphs run under either. Slow (a minute or more each on two cores: the CPU's compiled
+    kernels); the default run trains two ranks of the plain model (test_two_ranks_train_one_run_over_gloo)."""
     result = _launch(tmp_path, tiny_dataset_dir, tiny_model_dir, parallelism=parallelism, arm=arm, timeout_s=400)
     assert result.status == "ok", f"{result.reason}\n{result.error_tail}"
     assert [r.status for r in result.ranks] == ["ok", "ok"]

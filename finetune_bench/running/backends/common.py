@@ -139,6 +139,8 @@ class LoadedModel:
     liger_patches: dict[str, int] = field(default_factory=dict)
     switchback_layers: int = 0
     float8_layers: int = 0
+    # FSDP2 all-gathers the float8 layers' weights in float8 (several GPUs, FSDP2, NCCL)
+    float8_all_gather: bool = False
 
 
 def check_optimizer_device(args: TrainingArgs, device: torch.device) -> None:
@@ -185,16 +187,18 @@ def load_model(
             f"loaded with {loaded_implementation!r}"
         )
     loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
-    apply_arm(loaded, parse_arm(args.arm), **liger_flags)
+    # FSDP2 over NCCL all-gathers float8 (gloo has no float8 type)
+    fsdp_on_gpus = args.world_size > 1 and args.parallelism == "fsdp" and device.type == "cuda"
+    apply_arm(loaded, parse_arm(args.arm), fsdp_on_gpus=fsdp_on_gpus, **liger_flags)
     return loaded
 
 
-def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
-    """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's
-    choice, then the backend's `liger_flags`), then float8 linear layers (Liger's SwiGLU still calls the MLP's linear
-    layers, which float8 then runs), then torch.compile (lazy: it compiles what the model
-    has become by its first forward, LoRA adapters or gradient checkpointing included; Liger's kernels run
-    eagerly between its graphs)."""
+def apply_arm(loaded: LoadedModel, arm: Arm, fsdp_on_gpus: bool = False, **liger_flags: bool) -> None:
+    """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's choice, then the
+    backend's `liger_flags`), then float8 linear layers (Liger's SwiGLU still calls the MLP's linear layers, which
+    float8 then runs; `fsdp_on_gpus`: their weights to be all-gathered in float8), then torch.compile (lazy: it
+    compiles what the model has become by its first forward, LoRA adapters or gradient checkpointing included;
+    Liger's kernels run eagerly between its graphs)."""
     model = loaded.model
     if arm.switchback:
         loaded.switchback_layers = apply_switchback(model)
@@ -202,7 +206,8 @@ def apply_arm(loaded: LoadedModel, arm: Arm, **liger_flags: bool) -> None:
         flags = {**arm.liger_flags(model.config.model_type), **liger_flags}
         loaded.liger_patches = apply_liger(model, **flags)
     if arm.float8:
-        loaded.float8_layers = apply_float8(model)
+        loaded.float8_layers = apply_float8(model, fsdp_float8_all_gather=fsdp_on_gpus)
+        loaded.float8_all_gather = fsdp_on_gpus
     if arm.compile:
         if arm.liger:  # traced by dynamo, Liger's kernels gave wrong losses (see keep_liger_out_of_compiled_graphs)
             keep_liger_out_of_compiled_graphs()
@@ -217,6 +222,7 @@ def run_details(loaded: LoadedModel, loss_path: LossPath) -> dict:
         "liger_patches": loaded.liger_patches,
         "switchback_layers": loaded.switchback_layers,
         "float8_layers": loaded.float8_layers,
+        "float8_all_gather": loaded.float8_all_gather,
         # compiled before a LoRA wrapper was put around it: look inside peft's wrapper
         "compiled": bool(getattr(unwrap_peft(model), "_compiled_call_impl", None)),
         "random_init": loaded.random_init,

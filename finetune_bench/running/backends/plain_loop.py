@@ -70,6 +70,7 @@ from finetune_bench.running.backends.data import (
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.distributed import TrainingModule, gradient_sync, rank_sampler, share_model, unshared
+from finetune_bench.running.float8 import precompute_float8_scales
 from finetune_bench.running.liger_patching import loss_path, unwrap_peft
 from finetune_bench.sources.datasets import load_training_and_held_out
 
@@ -449,6 +450,8 @@ def train(
             if scaling.step(optimizer, model.parameters(), args.max_grad_norm):
                 scheduler.step()  # a step the scaler skipped leaves the learning rate where it was, as the Trainer does
             optimizer.zero_grad(set_to_none=True)
+            if loaded.float8_all_gather:  # the updated weights' scales for the next step's float8 all-gather
+                precompute_float8_scales(trained)
         return step_loss
 
     def evaluate(step: int) -> None:
