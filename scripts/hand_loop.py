@@ -24,8 +24,8 @@ tokens over rank 0's time: the ranks step together).
 ...), each component switched on the way a user's own loop would: Liger's patch function for the model type with
 the arm's switches; the loss by Cut Cross-Entropy (`cut_cross_entropy.linear_cross_entropy` on the last hidden
 state and the LM head's weight, its defaults, targets shifted by one), the model's own loss otherwise; torchao's
-`convert_to_float8_training` (the LM head left out); `model.compile()` (the decoder's, when the loss starts from
-its hidden states). `--liger` and `--cce` are short for those arms.
+`convert_to_float8_training` (the LM head left out; under FSDP2 its float8 all-gather); `model.compile()` (the
+decoder's, when the loss starts from its hidden states). `--liger` and `--cce` are short for those arms.
 """
 
 import argparse
@@ -138,9 +138,11 @@ def main() -> None:
 
         _apply_liger_kernel_to_instance(model=model, **arm.liger_flags(config.model_type))
     if arm.float8:
-        from torchao.float8 import convert_to_float8_training
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-        convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "lm_head")
+        # under FSDP2, torchao's recipe: weights all-gathered in float8, their scales computed after each step
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=opts.parallelism == "fsdp")
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda module, fqn: fqn != "lm_head")
     if arm.compile:
         if arm.liger:  # Liger's kernels traced by dynamo give wrong losses
             from finetune_bench.running.liger_patching import keep_liger_out_of_compiled_graphs
@@ -196,6 +198,10 @@ def main() -> None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), opts.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if arm.float8 and opts.parallelism == "fsdp":
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(model)
 
     last = time.perf_counter()
     for _ in range(opts.steps):
