@@ -133,3 +133,54 @@ def test_two_ranks_train_the_float8_layers_under_ddp_and_fsdp2(parallelism, tmp_
         assert len(rank["losses"]) == 3 and all(math.isfinite(loss) for loss in rank["losses"])
     if parallelism == "ddp":  # each rank's loss of its own batch: different data, one model
         assert ranks[0]["losses"] != ranks[1]["losses"]
+
+
+def _precompute_on_a_rank(rank: int, port: int, work_dir) -> None:
+    import json
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from finetune_bench.running.float8 import precompute_float8_scales
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    dist.init_process_group("gloo")
+    try:
+        torch.manual_seed(0)
+        model = tiny_llama()
+        full = {
+            name: m.weight.detach().abs().max().item() for name, m in model.named_modules() if name.endswith("proj")
+        }
+        apply_float8(model, fsdp_float8_all_gather=True)
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        precompute_float8_scales(model)
+        scales = {
+            name: m.weight._local_tensor._precomputed_scale.item()
+            for name, m in model.named_modules()
+            if name.endswith("proj")
+        }
+    finally:
+        dist.destroy_process_group()
+    (work_dir / f"rank{rank}.json").write_text(json.dumps({"amax": full, "scales": scales}))
+
+
+def test_after_a_step_each_float8_weight_s_scale_is_its_whole_weight_s_on_every_rank(tmp_path):
+    """`precompute_float8_scales` (the plain loop calls it after each optimizer step under FSDP2's float8
+    all-gather): each rank holds a shard, and every rank's scale is that of the whole weight (float8 e4m3's largest
+    value, 448, over the weight's largest magnitude), from one all-reduce."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_precompute_on_a_rank, args=(port, tmp_path), nprocs=2, start_method="spawn")
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0]["scales"] == ranks[1]["scales"] and len(ranks[0]["scales"]) == 2 * 7
+    for name, scale in ranks[0]["scales"].items():
+        assert scale == pytest.approx(torch.finfo(torch.float8_e4m3fn).max / ranks[0]["amax"][name], rel=1e-6), name
