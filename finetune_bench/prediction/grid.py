@@ -162,12 +162,7 @@ def predict_condition(
     condition_id: str, args: TrainingArgs, target: Target, shape: ModelShape | None, unpredicted: str = ""
 ) -> ConditionPrediction:
     memory, step_time, tokens_per_second, flops = None, None, None, None
-    if shape is not None and args.world_size > 1:
-        # DDP's gradient buckets and FSDP's shards and gathered layers are not modelled: no figure, said so
-        unpredicted = (
-            f"a run on {args.world_size} GPUs ({args.parallelism}): the memory model covers one GPU's training"
-        )
-    elif shape is not None:
+    if shape is not None:
         try:
             memory = predict_memory(args, shape, sequences_full(args))
         except NoPrediction as reason:

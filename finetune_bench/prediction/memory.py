@@ -54,6 +54,15 @@ matmul saves the float16 copy autocast makes of its input, and transients such a
 CPU. Counting that tensor by tensor, and checking it against a GPU's peaks, is still to do; a prediction that
 counted the run as a 16-bit model would be wrong by gigabytes.
 
+On several GPUs with DDP (the plain loop's `DistributedDataParallel`), each GPU holds what one GPU's training holds
+and DDP's gradient buckets: flat buffers the size of the trainable parameters' gradients, allocated when the model is
+wrapped and kept for the whole run, into which the backward pass's gradients are copied and all-reduced. With
+`ddp_gradient_as_bucket_view` the gradients are views into the buckets (no second copy): the buckets are present at
+the backward pass's start, and the optimizer step holds the gradients once. With DDP's default the gradients are
+separate tensors, and the buckets are counted at both moments. FSDP2's sharded weights, gradients and optimizer
+states, with the layers it gathers and its reduce-scatter buffers, and the Trainers' DDP (accelerate's), are not
+modelled (NoPrediction).
+
 The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
 `ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
 set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-mini (docs/prediction.md)
@@ -100,6 +109,7 @@ EXPANDABLE_SEGMENTS_NOTE = (
 PARTS = (
     "weights",
     "gradients",
+    "gradient_buckets",
     "optimizer_states",
     "activations",
     "logits_and_loss",
@@ -166,6 +176,8 @@ class Step:
     weight_decay: bool
     repeated_kv: bool
     trains: bool  # False: forward passes only (no backward, no optimizer)
+    ddp: bool = False  # DDP over several GPUs (the plain loop's): gradient buckets
+    gradients_in_buckets: bool = False  # ddp_gradient_as_bucket_view: the gradients are views into the buckets
 
 
 def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
@@ -190,6 +202,17 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         )
     if args.dtype == "float16" and BACKENDS[args.backend].trains and args.lora_rank == 0:
         raise NoPrediction(FLOAT16_FULL_FINE_TUNE)
+    ddp = args.world_size > 1
+    if ddp and args.parallelism == "fsdp":
+        raise NoPrediction(
+            f"a run on {args.world_size} GPUs with FSDP2: its sharded weights, gradients and optimizer states, the "
+            "layers it gathers and its reduce-scatter buffers are not modelled"
+        )
+    if ddp and args.backend != "plain_loop":
+        raise NoPrediction(
+            f"a run on {args.world_size} GPUs with backend {args.backend!r}: the Trainer's DDP (accelerate's "
+            "buckets) is not modelled; the plain loop's is"
+        )
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     kernels = active_kernels(args, shape.model_type)
     lora = args.lora_rank > 0
@@ -211,6 +234,8 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         # Every sequence full and unpacked: no attention mask, grouped key/value heads stay grouped.
         repeated_kv=shape.num_kv_heads != shape.num_heads and (args.packing or not sequences_full),
         trains=BACKENDS[args.backend].trains,
+        ddp=ddp,
+        gradients_in_buckets=ddp and args.ddp_gradient_as_bucket_view,
     )
 
 
@@ -316,6 +341,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     else:
         trainable, param_bytes = shape.parameters, step.weight_bytes
     gradients = trainable * param_bytes if step.trains else 0
+    buckets = gradients if step.ddp else 0  # DDP's: one gradient's worth, for the whole run
     states, temporaries = optimizer_bytes(step, trainable, param_bytes)
 
     t, a, h = step.tokens, step.activation_bytes, shape.hidden_size
@@ -332,6 +358,9 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
         assumptions.append(f"LoRA: {trainable:,} adapter parameters (float32)")
     if args.allocator == "expandable_segments":
         assumptions.append(EXPANDABLE_SEGMENTS_NOTE)
+    if step.ddp:
+        kept = "the gradients as views into them" if step.gradients_in_buckets else "the gradients copied beside them"
+        assumptions.append(f"DDP on {args.world_size} GPUs: per GPU, with gradient buckets ({kept})")
 
     if not step.trains:
         # No graph is kept: one layer's transients at a time, the largest being the MLP's.
@@ -358,14 +387,17 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     else:
         activations = shape.num_layers * per_layer * t
         loss_at_peak = loss_kept + loss_peak
-    resident_gradients = gradients if step.accumulation else 0
-    backward_start = weights + states + resident_gradients + activations + loss_at_peak + other
-    optimizer_step = weights + gradients + states + temporaries
+    # between micro-batches the gradients stay; DDP's buckets stay all run (holding the gradients, as views)
+    resident_gradients = gradients if step.accumulation and not step.gradients_in_buckets else 0
+    backward_start = weights + states + resident_gradients + buckets + activations + loss_at_peak + other
+    step_buckets = 0 if step.gradients_in_buckets else buckets  # as views, the gradients are the buckets
+    optimizer_step = weights + gradients + step_buckets + states + temporaries
     moments = {BACKWARD_START: backward_start, OPTIMIZER_STEP: optimizer_step}
     if backward_start >= optimizer_step:
         breakdown = {
             "weights": weights,
             "gradients": resident_gradients,
+            "gradient_buckets": buckets,
             "optimizer_states": states,
             "activations": activations,
             "logits_and_loss": loss_at_peak,
@@ -375,6 +407,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     breakdown = {
         "weights": weights,
         "gradients": gradients,
+        "gradient_buckets": step_buckets,
         "optimizer_states": states,
         "optimizer_step_temporaries": temporaries,
     }

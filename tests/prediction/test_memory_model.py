@@ -159,6 +159,35 @@ def test_each_counted_moment_is_kept_and_the_peak_is_the_largest_of_them():
     assert {phase for phases in memory.MOMENT_PHASES.values() for phase in phases} <= set(MEMORY_PHASES)
 
 
+@pytest.mark.parametrize("as_views", [True, False])
+def test_ddp_adds_its_gradient_buckets_where_they_are_held(as_views):
+    """DDP's buckets (one gradient's worth, kept all run) at the backward pass's start; at the optimizer step they
+    are the gradients (as views) or lie beside them (DDP's default copy)."""
+    shape = model_shape(model_config("random:llama-3.2-1b"))
+    one = TrainingArgs(
+        model_name="random:llama-3.2-1b", backend="plain_loop", dtype="bfloat16", device="cuda", max_seq_length=2048
+    )
+    several = dataclasses.replace(one, num_gpus=4, parallelism="ddp", ddp_gradient_as_bucket_view=as_views)
+    single, ddp = memory.predict_memory(one, shape), memory.predict_memory(several, shape)
+    gradients = shape.parameters * 2
+    start, step = memory.BACKWARD_START, memory.OPTIMIZER_STEP
+    assert ddp.moments[start] == single.moments[start] + gradients
+    assert ddp.moments[step] == single.moments[step] + (0 if as_views else gradients)
+    assert ddp.breakdown["gradient_buckets"] == gradients and ddp.phase == start
+    assert sum(ddp.breakdown.values()) == pytest.approx(ddp.peak_reserved_bytes)
+    assert any(a.startswith("DDP on 4 GPUs") for a in ddp.assumptions)
+
+
+def test_fsdp_and_the_trainers_ddp_are_not_predicted_and_say_why():
+    shape = model_shape(model_config("random:llama-3.2-1b"))
+    args = TrainingArgs(model_name="random:llama-3.2-1b", dtype="bfloat16", device="cuda", num_gpus=2)
+    fsdp = dataclasses.replace(args, backend="plain_loop", parallelism="fsdp")
+    with pytest.raises(NoPrediction, match="2 GPUs with FSDP2: its sharded weights"):
+        memory.predict_memory(fsdp, shape)
+    with pytest.raises(NoPrediction, match="backend 'trl_sft': the Trainer's DDP"):
+        memory.predict_memory(dataclasses.replace(args, backend="trl_sft", parallelism="ddp"), shape)
+
+
 def test_checkpointing_keeps_one_input_per_layer():
     shape = model_shape(model_config("random:llama-3.2-1b"))
     args = TrainingArgs(model_name="random:llama-3.2-1b", dtype="bfloat16", device="cuda", max_seq_length=2048)
