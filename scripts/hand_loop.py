@@ -141,8 +141,8 @@ def main() -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         # under FSDP2, torchao's recipe: weights all-gathered in float8, their scales computed after each step
-        config = Float8LinearConfig(enable_fsdp_float8_all_gather=opts.parallelism == "fsdp")
-        convert_to_float8_training(model, config=config, module_filter_fn=lambda module, fqn: fqn != "lm_head")
+        float8_config = Float8LinearConfig(enable_fsdp_float8_all_gather=opts.parallelism == "fsdp")
+        convert_to_float8_training(model, config=float8_config, module_filter_fn=lambda module, fqn: fqn != "lm_head")
     if arm.compile:
         if arm.liger:  # Liger's kernels traced by dynamo give wrong losses
             from finetune_bench.running.liger_patching import keep_liger_out_of_compiled_graphs
