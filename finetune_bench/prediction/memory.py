@@ -58,10 +58,11 @@ On several GPUs with DDP (the plain loop's `DistributedDataParallel`), each GPU 
 and DDP's gradient buckets: flat buffers the size of the trainable parameters' gradients, allocated when the model is
 wrapped and kept for the whole run, into which the backward pass's gradients are copied and all-reduced. With
 `ddp_gradient_as_bucket_view` the gradients are views into the buckets (no second copy): the buckets are present at
-the backward pass's start, and the optimizer step holds the gradients once. With DDP's default the gradients are
-separate tensors, and the buckets are counted at both moments. FSDP2's sharded weights, gradients and optimizer
-states, with the layers it gathers and its reduce-scatter buffers, and the Trainers' DDP (accelerate's), are not
-modelled (NoPrediction).
+the backward pass's start, and the optimizer step holds the gradients once (under gradient accumulation the
+micro-batches before the last accumulate into separate gradients, counted beside the buckets). With DDP's default
+the gradients are separate tensors, and the buckets are counted at both moments. FSDP2's sharded weights,
+gradients and optimizer states, with the layers it gathers and its reduce-scatter buffers, and the Trainers' DDP
+(accelerate's), are not modelled (NoPrediction).
 
 The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
 `ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
@@ -387,8 +388,10 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     else:
         activations = shape.num_layers * per_layer * t
         loss_at_peak = loss_kept + loss_peak
-    # between micro-batches the gradients stay; DDP's buckets stay all run (holding the gradients, as views)
-    resident_gradients = gradients if step.accumulation and not step.gradients_in_buckets else 0
+    # Between micro-batches the gradients stay; DDP's buckets stay all run. Under gradient accumulation they are
+    # separate even with bucket views: the step's zero_grad(set_to_none=True) ends the views, and the micro-batches
+    # under no_sync accumulate into fresh gradients (the syncing one makes them views again).
+    resident_gradients = gradients if step.accumulation else 0
     backward_start = weights + states + resident_gradients + buckets + activations + loss_at_peak + other
     step_buckets = 0 if step.gradients_in_buckets else buckets  # as views, the gradients are the buckets
     optimizer_step = weights + gradients + step_buckets + states + temporaries

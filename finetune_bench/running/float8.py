@@ -44,7 +44,7 @@ def float8_eligible(module: torch.nn.Module, lm_head: torch.nn.Module | None) ->
 
 def apply_float8(model: torch.nn.Module, fsdp_float8_all_gather: bool = False) -> int:
     """Convert the model's eligible linear layers to float8 training, in place; how many were converted.
-    `fsdp_float8_all_gather`: the model is to be sharded with FSDP2 over NCCL, which then all-gathers the converted
+    `fsdp_float8_all_gather`: the model is to be sharded with FSDP2, which then all-gathers the converted
     layers' weights in float8 (half the bytes of bf16), cast from each rank's shard with one scale per weight
     (`precompute_float8_scales` after each optimizer step computes them all at once), as torchao's FSDP2 recipe does."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training

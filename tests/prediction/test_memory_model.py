@@ -176,6 +176,9 @@ def test_ddp_adds_its_gradient_buckets_where_they_are_held(as_views):
     assert ddp.breakdown["gradient_buckets"] == gradients and ddp.phase == start
     assert sum(ddp.breakdown.values()) == pytest.approx(ddp.peak_reserved_bytes)
     assert any(a.startswith("DDP on 4 GPUs") for a in ddp.assumptions)
+    # under accumulation the micro-batches' gradients (fresh tensors under no_sync) lie beside the buckets
+    accumulated = memory.predict_memory(dataclasses.replace(several, gradient_accumulation_steps=2), shape)
+    assert accumulated.moments[start] == ddp.moments[start] + gradients
 
 
 def test_fsdp_and_the_trainers_ddp_are_not_predicted_and_say_why():

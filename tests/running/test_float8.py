@@ -75,21 +75,30 @@ def test_for_fsdp2_on_gpus_the_float8_layers_all_gather_their_weights_in_float8(
 
 def _train_a_float8_rank(rank: int, port: int, parallelism: str, dataset_dir, model_dir, work_dir) -> None:
     """One of two gloo ranks training the float8 arm through the plain loop's own `train` (float8's matmuls run on
-    this CPU here, which a run refuses: the check is lifted in this process only); its details and losses to
-    `work_dir`/rank<rank>.json."""
+    this CPU here, which a run refuses: the check is lifted in this process only); its details, losses and the
+    float8 scales' precomputations to `work_dir`/rank<rank>.json."""
     import dataclasses
     import json
     import os
 
     import finetune_bench.running.backends.common as common
+    import finetune_bench.running.backends.plain_loop as plain_loop
     from finetune_bench.inputs.settings import TrainingArgs
     from finetune_bench.measuring.steps import StepRecorder
-    from finetune_bench.running.backends.plain_loop import train
     from finetune_bench.running.distributed import end_process_group, start_process_group
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
     os.environ["WORLD_SIZE"] = "2"
     common.check_float8_runs_here = lambda device: None
+    precomputed = []  # the module whose scales each call precomputed: every converted weight's, from its shard
+
+    def precompute(module: torch.nn.Module) -> None:
+        plain_loop_precompute(module)
+        precomputed.append(
+            sum(getattr(p._local_tensor, "_precomputed_scale", None) is not None for p in module.parameters())
+        )
+
+    plain_loop_precompute, plain_loop.precompute_float8_scales = plain_loop.precompute_float8_scales, precompute
     torch.set_num_threads(1)
     args = dataclasses.replace(
         TrainingArgs(),
@@ -100,18 +109,19 @@ def _train_a_float8_rank(rank: int, port: int, parallelism: str, dataset_dir, mo
     start_process_group(torch.device("cpu"), 120)
     recorder = StepRecorder(torch.device("cpu"), warmup_steps=1)
     try:
-        details = train(args, dataset_dir, model_dir, torch.device("cpu"), torch.float32, recorder, work_dir)
+        details = plain_loop.train(args, dataset_dir, model_dir, torch.device("cpu"), torch.float32, recorder, work_dir)
     finally:
         end_process_group()
     losses = [step.loss for step in recorder.steps]
-    (work_dir / f"rank{rank}.json").write_text(json.dumps({"details": details, "losses": losses}, default=str))
+    out = {"details": details, "losses": losses, "precomputed": precomputed}
+    (work_dir / f"rank{rank}.json").write_text(json.dumps(out, default=str))
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
 def test_two_ranks_train_the_float8_layers_under_ddp_and_fsdp2(parallelism, tmp_path, tiny_dataset_dir, tiny_model_dir):
-    """The float8 arm on two gloo ranks through the plain loop: torchao's layers inside DDP's buckets and FSDP2's
-    shards. gloo has no float8 type, so FSDP2 all-gathers these weights in float32 here (on GPUs, over NCCL, in
-    float8: the configuration the test above checks)."""
+    """The float8 arm on two gloo ranks through the plain loop: torchao's layers inside DDP's buckets, and under
+    FSDP2 sharded with its float8 all-gather (the weights cast to float8 from each rank's shard; gloo moves them as
+    bytes), every converted weight's scale precomputed after each optimizer step."""
     import json
     import socket
 
@@ -129,13 +139,16 @@ def test_two_ranks_train_the_float8_layers_under_ddp_and_fsdp2(parallelism, tmp_
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     for rank in ranks:
         assert rank["details"]["float8_layers"] == 2 * 7  # q, k, v, o, gate, up, down in each of the 2 layers
-        assert rank["details"]["float8_all_gather"] is False  # gloo
+        assert rank["details"]["float8_all_gather"] is (parallelism == "fsdp")
         assert len(rank["losses"]) == 3 and all(math.isfinite(loss) for loss in rank["losses"])
+        # after each of the 3 steps, under FSDP2: the scales of all 14 converted weights; none under DDP
+        assert rank["precomputed"] == ([2 * 7] * 3 if parallelism == "fsdp" else [])
     if parallelism == "ddp":  # each rank's loss of its own batch: different data, one model
         assert ranks[0]["losses"] != ranks[1]["losses"]
 
 
 def _precompute_on_a_rank(rank: int, port: int, work_dir) -> None:
+    import datetime
     import json
     import os
 
@@ -145,7 +158,7 @@ def _precompute_on_a_rank(rank: int, port: int, work_dir) -> None:
     from finetune_bench.running.float8 import precompute_float8_scales
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     try:
         torch.manual_seed(0)
         model = tiny_llama()
@@ -167,7 +180,7 @@ def _precompute_on_a_rank(rank: int, port: int, work_dir) -> None:
     (work_dir / f"rank{rank}.json").write_text(json.dumps({"amax": full, "scales": scales}))
 
 
-def test_after_a_step_each_float8_weight_s_scale_is_its_whole_weight_s_on_every_rank(tmp_path):
+def test_each_rank_s_precomputed_float8_scale_is_its_whole_weight_s(tmp_path):
     """`precompute_float8_scales` (the plain loop calls it after each optimizer step under FSDP2's float8
     all-gather): each rank holds a shard, and every rank's scale is that of the whole weight (float8 e4m3's largest
     value, 448, over the weight's largest magnitude), from one all-reduce."""

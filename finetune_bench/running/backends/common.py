@@ -139,7 +139,7 @@ class LoadedModel:
     liger_patches: dict[str, int] = field(default_factory=dict)
     switchback_layers: int = 0
     float8_layers: int = 0
-    # FSDP2 all-gathers the float8 layers' weights in float8 (several GPUs, FSDP2, NCCL)
+    # FSDP2 all-gathers the float8 layers' weights in float8 (several GPUs, FSDP2)
     float8_all_gather: bool = False
 
 
@@ -187,16 +187,15 @@ def load_model(
             f"loaded with {loaded_implementation!r}"
         )
     loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
-    # FSDP2 over NCCL all-gathers float8 (gloo has no float8 type)
-    fsdp_on_gpus = args.world_size > 1 and args.parallelism == "fsdp" and device.type == "cuda"
-    apply_arm(loaded, parse_arm(args.arm), fsdp_on_gpus=fsdp_on_gpus, **liger_flags)
+    sharded = args.world_size > 1 and args.parallelism == "fsdp"
+    apply_arm(loaded, parse_arm(args.arm), sharded=sharded, **liger_flags)
     return loaded
 
 
-def apply_arm(loaded: LoadedModel, arm: Arm, fsdp_on_gpus: bool = False, **liger_flags: bool) -> None:
+def apply_arm(loaded: LoadedModel, arm: Arm, sharded: bool = False, **liger_flags: bool) -> None:
     """Switch on what the arm names, in place: SwitchBack layers, then Liger's kernels (the arm's choice, then the
     backend's `liger_flags`), then float8 linear layers (Liger's SwiGLU still calls the MLP's linear layers, which
-    float8 then runs; `fsdp_on_gpus`: their weights to be all-gathered in float8), then torch.compile (lazy: it
+    float8 then runs; `sharded`: FSDP2 is to all-gather their weights in float8), then torch.compile (lazy: it
     compiles what the model has become by its first forward, LoRA adapters or gradient checkpointing included;
     Liger's kernels run eagerly between its graphs)."""
     model = loaded.model
@@ -206,8 +205,8 @@ def apply_arm(loaded: LoadedModel, arm: Arm, fsdp_on_gpus: bool = False, **liger
         flags = {**arm.liger_flags(model.config.model_type), **liger_flags}
         loaded.liger_patches = apply_liger(model, **flags)
     if arm.float8:
-        loaded.float8_layers = apply_float8(model, fsdp_float8_all_gather=fsdp_on_gpus)
-        loaded.float8_all_gather = fsdp_on_gpus
+        loaded.float8_layers = apply_float8(model, fsdp_float8_all_gather=sharded)
+        loaded.float8_all_gather = sharded
     if arm.compile:
         if arm.liger:  # traced by dynamo, Liger's kernels gave wrong losses (see keep_liger_out_of_compiled_graphs)
             keep_liger_out_of_compiled_graphs()
