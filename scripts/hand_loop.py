@@ -7,7 +7,10 @@ at each step's end. Prints one JSON line.
 
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
         [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]] [--synthetic-text]
-        [--token-ids-below N] [--masked-prompt-tokens N] [--gradient-checkpointing]
+        [--token-ids-below N] [--masked-prompt-tokens N] [--gradient-checkpointing] [--device cpu]
+
+`--device cpu` checks that the loop runs (gloo between ranks, no memory figures; tests/running/test_hand_loop.py):
+its step times are no figure.
 
 On several GPUs, under torchrun (one process per GPU; `--batch` is per GPU, each rank draws its own tokens):
 
@@ -99,6 +102,12 @@ def main() -> None:
         "as the benchmark's plain loop does with prompt/completion examples",
     )
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: a check that the loop runs (gloo between ranks, no memory figures), never a figure",
+    )
     parser.add_argument("--parallelism", choices=("none", "ddp", "fsdp"), default="none")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (its default)")
     parser.add_argument(
@@ -117,7 +126,8 @@ def main() -> None:
     config = AutoConfig.for_model(
         config_dict["model_type"], **{k: v for k, v in config_dict.items() if k not in ("model_type", "_name_or_path")}
     )
-    device = torch.device("cuda")
+    cuda = opts.device == "cuda"
+    device = torch.device(opts.device)
     rank, world_size = 0, 1
     if opts.parallelism != "none":
         import os
@@ -125,9 +135,10 @@ def main() -> None:
         import torch.distributed as dist
 
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
+        if cuda:
+            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     torch.manual_seed(0)  # the same initial weights on every rank
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -157,7 +168,7 @@ def main() -> None:
 
         trained = DistributedDataParallel(
             model,
-            device_ids=[device.index],
+            device_ids=[device.index] if cuda else None,
             broadcast_buffers=False,
             bucket_cap_mb=opts.bucket_cap_mb,
             gradient_as_bucket_view=opts.gradient_as_bucket_view,
@@ -173,8 +184,9 @@ def main() -> None:
     vocab = min(config.vocab_size, opts.token_ids_below or config.vocab_size)
     rows = synthetic_rows(opts.seq, config.vocab_size).to(device) if opts.synthetic_text else None
 
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     times = []
 
     def step() -> None:
@@ -206,12 +218,14 @@ def main() -> None:
     last = time.perf_counter()
     for _ in range(opts.steps):
         step()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         now = time.perf_counter()
         times.append(now - last)
         last = now
     measured = times[opts.warmup :]
-    peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    peak_allocated = torch.cuda.max_memory_allocated() if cuda else None
+    peak_reserved = torch.cuda.max_memory_reserved() if cuda else None
     if opts.profile_dir:
         from pathlib import Path
 
@@ -247,10 +261,10 @@ def main() -> None:
                 "tokens_per_second": tokens * len(measured) / sum(measured),
                 "tokens_per_second_per_gpu": tokens * len(measured) / sum(measured) / world_size,
                 "step_time_median_s": statistics.median(measured),
-                "peak_allocated_gib": peak_allocated / 1024**3,
-                "peak_reserved_gib": peak_reserved / 1024**3,
+                "peak_allocated_gib": peak_allocated / 1024**3 if cuda else None,
+                "peak_reserved_gib": peak_reserved / 1024**3 if cuda else None,
                 "step_times_s": [round(t, 4) for t in times],
-                "gpu": torch.cuda.get_device_name(),
+                "gpu": torch.cuda.get_device_name() if cuda else "cpu",
             }
         )
     )
