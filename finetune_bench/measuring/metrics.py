@@ -32,7 +32,9 @@ SEVERAL_GPUS = "several GPUs"  # made by the rank merge only
 ENERGY_COUNTER = "a GPU with NVML's energy counter"
 # A run whose timed steps include enough that met no new batch shape (`steady_state.MIN_STEADY_STEPS`).
 STEADY_STATE = "a run with a steady state (3 timed steps or more that met no new batch shape)"
-SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER, STEADY_STATE)
+# A run whose Triton has JIT hooks to count its compilations (`measuring.triton_compiles`; Triton 3.4 or later).
+TRITON_HOOKS = "a run with Triton's JIT hooks (Triton 3.4 or later)"
+SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER, STEADY_STATE, TRITON_HOOKS)
 
 # The measured time every rate is over (a run on several GPUs: the slowest rank's).
 MEASURED_TIME = "measured_time_s"
@@ -224,6 +226,21 @@ _TABLE = (
         RANK0,
         "the slowest measured step's time over its expected time",
         scope=STEADY_STATE,
+    ),
+    Metric(
+        "triton_compiles",
+        "kernels",
+        RANK0,
+        "Triton kernels compiled in the measured steps (a new specialisation of a kernel's arguments; each step "
+        "counts the rank that compiled most), named in the outlier steps' description and in steps.csv",
+        scope=TRITON_HOOKS,
+    ),
+    Metric(
+        "triton_compile_s",
+        "s",
+        RANK0,
+        "time spent compiling Triton kernels in the measured steps (each step: the rank that spent most)",
+        scope=TRITON_HOOKS,
     ),
     Metric("step_time_median_s", "s", RANK0, "median measured step time"),
     Metric("step_time_min_s", "s", RANK0, "shortest measured step"),

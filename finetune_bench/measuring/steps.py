@@ -30,6 +30,7 @@ from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
 from finetune_bench.measuring.steady_state import TimedStep, steady_state
+from finetune_bench.measuring.triton_compiles import TritonCompileCounter, compilations_text
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ class StepRecord:
     gc_time_s: float = 0.0
     cuda_mallocs: int | None = None
     cuda_malloc_retries: int | None = None
+    # Triton kernels compiled in the step (a new specialisation of a kernel's arguments, `measuring.triton_compiles`):
+    # how many and in how many seconds (on several GPUs the largest of any rank, since the ranks wait for each
+    # other), and which (this rank's).
+    triton_compiles: int = 0
+    triton_compile_s: float = 0.0
+    triton_kernels_compiled: str = ""
     # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
     energy_j: float | None = None
     is_warmup: bool
@@ -116,6 +123,8 @@ class StepRecorder:
     _flops: float = 0.0
     flops_formula: str = ""
     _gc: GcTimer = field(default_factory=GcTimer)
+    _triton: TritonCompileCounter = field(default_factory=TritonCompileCounter)
+    _counting_compiles: bool = False
     _gc_at_last_end: float = 0.0
     _allocator_at_last_end: tuple[int, int] = (0, 0)
     # Held-out evaluations: the loss before the first step, and the total time and tokens they took.
@@ -222,6 +231,7 @@ class StepRecorder:
         gc.freeze()
         self._gc.install()
         self._gc_at_last_end = self._gc.total_s
+        self._counting_compiles = self._triton.install()
         self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter()
         if self._phase_ended is not None and "setup_s" not in self.phases:
@@ -279,7 +289,8 @@ class StepRecorder:
         gc_time = self._gc.total_s - self._gc_at_last_end
         self._gc_at_last_end = self._gc.total_s
         energy = self._step_energy()
-        new_shape = self._met_new_shape()
+        compiles, compile_s, kernels = self._triton.take()
+        new_shape, compiles, compile_s = self._across_ranks(self._fed_new_shape(), compiles, compile_s)
         index = len(self.steps)
         self.steps.append(
             StepRecord(
@@ -296,6 +307,9 @@ class StepRecorder:
                 gc_time_s=gc_time,
                 cuda_mallocs=mallocs,
                 cuda_malloc_retries=retries,
+                triton_compiles=compiles,
+                triton_compile_s=compile_s,
+                triton_kernels_compiled=kernels,
                 energy_j=energy,
             )
         )
@@ -315,17 +329,22 @@ class StepRecorder:
     def _distributed(self) -> bool:
         return torch.distributed.is_available() and torch.distributed.is_initialized()
 
-    def _met_new_shape(self) -> bool:
-        """Whether the step just ended fed a micro-batch shape the run had not fed before; on several GPUs whether
-        any rank did (one collective after the step's end, outside its time: a new shape on one rank slows every
-        rank's step, since they wait for it)."""
+    def _fed_new_shape(self) -> bool:
+        """Whether the step just ended fed a micro-batch shape this rank had not fed before."""
         new = any(shape not in self._shapes_seen for shape in self._step_shapes)
         self._shapes_seen.update(self._step_shapes)
-        if self._distributed:
-            flag = torch.tensor([int(new)], device=self.device)
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-            new = bool(flag.item())
         return new
+
+    def _across_ranks(self, new_shape: bool, compiles: int, compile_s: float) -> tuple[bool, int, float]:
+        """On several GPUs: whether any rank fed a new shape, and the most Triton compilations and compile seconds
+        of any rank (one collective after the step's end, outside its time: what slows one rank's step slows every
+        rank's, since they wait for it). On one, the figures as they are."""
+        if not self._distributed:
+            return new_shape, compiles, compile_s
+        figures = torch.tensor([float(new_shape), float(compiles), compile_s], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(figures, op=torch.distributed.ReduceOp.MAX)
+        new, most, longest = figures.tolist()
+        return bool(new), int(most), longest
 
     @contextmanager
     def outside_steps(self) -> Iterator[None]:
@@ -348,6 +367,7 @@ class StepRecorder:
                 torch.cuda.reset_peak_memory_stats(self.device)
                 self._allocator_at_last_end = self._allocator_counts()
                 self._recovering = True
+            self._triton.take()  # what the work compiled is not the next step's
             if self._nvml is not None:
                 self._nvml.resume()
             self._gc_at_last_end = self._gc.total_s
@@ -372,6 +392,7 @@ class StepRecorder:
         """Stop background sampling and take the host-memory peak (whatever way training ended; a second call
         changes nothing): what runs after it, a profile, is not counted."""
         self._gc.remove()
+        self._triton.remove()
         gc.unfreeze()
         if self._nvml is not None:
             self._nvml_summary = self._nvml.stop()
@@ -422,10 +443,21 @@ class StepRecorder:
                 out["model_flops_per_token"] = totals["measured_model_flops"] / totals["measured_tokens"]
             steady, self.outlier_descriptions = steady_state(
                 [
-                    TimedStep(s.step, s.step_time_s, s.non_padding_tokens, s.padded_tokens, s.batch_shape, s.new_shape)
+                    TimedStep(
+                        s.step,
+                        s.step_time_s,
+                        s.non_padding_tokens,
+                        s.padded_tokens,
+                        s.batch_shape,
+                        s.new_shape,
+                        compiled=compilations_text(s.triton_compiles, s.triton_compile_s, s.triton_kernels_compiled),
+                    )
                     for s in measured
                 ]
             )
+            if self._counting_compiles:
+                out["triton_compiles"] = float(sum(s.triton_compiles for s in measured))
+                out["triton_compile_s"] = sum(s.triton_compile_s for s in measured)
             if STEADY_TIME in steady:
                 totals[STEADY_TIME] = steady.pop(STEADY_TIME)
             times = [s.step_time_s for s in measured]

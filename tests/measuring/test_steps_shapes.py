@@ -17,6 +17,7 @@ from finetune_bench.measuring.steady_state import OUTLIER_FACTOR, TimedStep, fit
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.results.record import RankSummary
 from finetune_bench.running.ranks import RankReport, combined_metrics
+from tests.measuring.test_triton_compiles import compile_a_kernel
 
 
 def _padded_run(steps: int, seed: int, new_shape_penalty_s: float, warmup: int = 5, batch: int = 8):
@@ -154,12 +155,15 @@ def _rank(rank: int, port: int, queue) -> None:
     try:
         recorder = StepRecorder(torch.device("cpu"), warmup_steps=0)
         recorder.begin_training()
-        # rank 0 feeds one length throughout; rank 1 meets a new one at step 3
-        for length in [8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16]:
+        # rank 0 feeds one length throughout; rank 1 meets a new one at step 3, and compiles a Triton kernel at
+        # step 2 (its JIT's hooks called as Triton calls them)
+        for step, length in enumerate([8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16], start=1):
             recorder.add_batch(None, torch.zeros(1, length, dtype=torch.long))
+            if rank == 1 and step == 2:
+                compile_a_kernel("cross_entropy_kernel")
             recorder.end_step()
         recorder.end_training()
-        queue.put((rank, [s.new_shape for s in recorder.steps]))
+        queue.put((rank, [(s.new_shape, s.triton_compiles, s.triton_kernels_compiled) for s in recorder.steps]))
     finally:
         dist.destroy_process_group()
 
@@ -174,8 +178,12 @@ def test_a_new_shape_on_any_rank_makes_the_step_new_on_every_rank():
     for process in processes:
         process.join(timeout=120)
     assert [process.exitcode for process in processes] == [0, 0]
-    flags = dict(queue.get(timeout=5) for _ in processes)
-    assert flags[0] == flags[1] == [True, False, True, False]
+    steps = dict(queue.get(timeout=5) for _ in processes)
+    assert [new for new, _, _ in steps[0]] == [new for new, _, _ in steps[1]] == [True, False, True, False]
+    # the compilation slowed both ranks' step 2: both count it; the kernel's name is the rank's that compiled it
+    assert [n for _, n, _ in steps[0]] == [n for _, n, _ in steps[1]] == [0, 1, 0, 0]
+    assert [k for _, _, k in steps[0]] == ["", "", "", ""]
+    assert [k for _, _, k in steps[1]] == ["", "cross_entropy_kernel", "", ""]
 
 
 def test_several_ranks_steady_rate_is_their_tokens_over_the_slowest_rank_s_steady_time():
