@@ -143,7 +143,9 @@ def main() -> None:
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     if opts.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        from finetune_bench.running.backends.common import enable_activation_checkpointing
+
+        enable_activation_checkpointing(model)
     if arm.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 

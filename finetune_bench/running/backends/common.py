@@ -22,6 +22,22 @@ from finetune_bench.sources.models import is_random_init, load_model_config
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+# torch's non-reentrant checkpointing, stated rather than left to transformers' default (non-reentrant in the
+# releases this project runs, reentrant in older ones): what is measured does not change with the release.
+CHECKPOINTING_KWARGS = {"use_reentrant": False}
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Checkpoint every decoder layer of a transformers model with `CHECKPOINTING_KWARGS`, through
+    `activation_checkpointing_enable` where transformers has it (its `gradient_checkpointing_enable` is then a
+    deprecated alias that warns)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS))
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(CHECKPOINTING_KWARGS))
+
+
 def resolve_device(requested: str) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

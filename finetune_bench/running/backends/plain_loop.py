@@ -54,6 +54,7 @@ from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import (
     LoadedModel,
+    enable_activation_checkpointing,
     load_model,
     profile_after_timed_steps,
     run_details,
@@ -400,7 +401,7 @@ def train(
         model, tokenizer = loaded.model, loaded.tokenizer
         recorder.attach_model(model)
         if args.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            enable_activation_checkpointing(model)
         model.config.use_cache = False
         model.train()
         # On several GPUs the model and its loss are one module, shared over the ranks (DDP or FSDP2).

@@ -22,6 +22,7 @@ import torch
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
+from finetune_bench.running.backends.common import CHECKPOINTING_KWARGS
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         data_seed=args.seed,
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
-        gradient_checkpointing=args.gradient_checkpointing,
         use_cpu=device.type == "cpu",
         # Every batch full (as the plain loop's): a step never trains fewer sequences than its batch size says.
         dataloader_drop_last=True,
@@ -56,8 +56,23 @@ def training_arguments(args: TrainingArgs, device: torch.device, dtype: torch.dt
         report_to="none",
         disable_tqdm=True,
     )
+    arguments.update(checkpointing_arguments(args.gradient_checkpointing))
     arguments.update(distributed_arguments(args))
     return arguments
+
+
+def checkpointing_arguments(enabled: bool) -> dict:
+    """Gradient checkpointing as the Trainer's arguments name it (`activation_checkpointing` from transformers 5.23,
+    where `gradient_checkpointing` is a deprecated alias that warns), non-reentrant as the plain loop's."""
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    prefix = "activation" if "activation_checkpointing" in {f.name for f in fields(TrainingArguments)} else "gradient"
+    checkpointing = {f"{prefix}_checkpointing": enabled}
+    if enabled:
+        checkpointing[f"{prefix}_checkpointing_kwargs"] = dict(CHECKPOINTING_KWARGS)
+    return checkpointing
 
 
 def distributed_arguments(args: TrainingArgs) -> dict:

@@ -1,0 +1,40 @@
+"""Gradient checkpointing is torch's non-reentrant kind in every backend, stated rather than left to transformers'
+default, and switched on without transformers' deprecation warnings (5.23 renamed it activation checkpointing)."""
+
+import warnings
+
+import transformers
+
+from finetune_bench.running.backends.common import CHECKPOINTING_KWARGS, enable_activation_checkpointing
+from finetune_bench.running.backends.trainer_common import checkpointing_arguments
+
+
+def _tiny_llama() -> transformers.LlamaForCausalLM:
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, use_cache=False,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_the_plain_loop_checkpoints_every_layer_non_reentrant_without_a_deprecation_warning():
+    model = _tiny_llama()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        enable_activation_checkpointing(model)
+    assert CHECKPOINTING_KWARGS == {"use_reentrant": False}
+    for layer in model.model.layers:
+        assert layer.gradient_checkpointing
+        assert layer._gradient_checkpointing_func.keywords["use_reentrant"] is False
+
+
+def test_the_trainers_checkpoint_non_reentrant_without_a_deprecation_warning(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        arguments = transformers.TrainingArguments(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", **checkpointing_arguments(True)
+        )
+    assert arguments.gradient_checkpointing is True  # the old name mirrors the new where both exist
+    assert arguments.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    off = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **checkpointing_arguments(False))
+    assert off.gradient_checkpointing is False
