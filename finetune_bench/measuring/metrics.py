@@ -239,7 +239,8 @@ _TABLE = (
         "triton_compile_s",
         "s",
         RANK0,
-        "time spent compiling Triton kernels in the measured steps (each step: the rank that spent most)",
+        "time spent compiling Triton kernels in the measured steps, an autotuner's benchmarking not included (each "
+        "step: the rank that spent most)",
         scope=TRITON_HOOKS,
     ),
     Metric("step_time_median_s", "s", RANK0, "median measured step time"),

@@ -101,7 +101,7 @@ def steady_state(steps: Sequence[TimedStep]) -> tuple[dict[str, float], list[str
         out["slowest_step_ratio"] = max(ratios.values())
     described = [
         f"step {s.step} ({s.shape}{', new shape' if s.new_shape else ''}): {s.seconds:.3g} s, "
-        f"expected {expected[s.step]:.3g} s (×{ratios[s.step]:.1f}){'; ' + s.compiled if s.compiled else ''}"
+        f"expected {expected[s.step]:.3g} s (×{ratios[s.step]:.1f}){f' [{s.compiled}]' if s.compiled else ''}"
         for s in outliers[:OUTLIERS_DESCRIBED]
     ]
     return out, described

@@ -392,7 +392,9 @@ class StepRecorder:
         """Stop background sampling and take the host-memory peak (whatever way training ended; a second call
         changes nothing): what runs after it, a profile, is not counted."""
         self._gc.remove()
-        self._triton.remove()
+        counted_to_the_end = self._triton.remove()  # None: removed before, by a first call
+        if counted_to_the_end is not None:  # False: a library replaced the hooks since, the figures are not whole
+            self._counting_compiles = self._counting_compiles and counted_to_the_end
         gc.unfreeze()
         if self._nvml is not None:
             self._nvml_summary = self._nvml.stop()
@@ -416,7 +418,7 @@ class StepRecorder:
         """Write the per-step table (CSV, `STEP_COLUMNS`) to `path` atomically: a reader sees the old table
         or the new one, never a partial row."""
         partial = path.with_name(path.name + ".partial")
-        with open(partial, "w", newline="") as handle:
+        with open(partial, "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(STEP_COLUMNS))
             writer.writeheader()
             writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in self.step_rows())
