@@ -95,9 +95,10 @@ def shape_dependence(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]
 
 def skewed_runs(table: pd.DataFrame, paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     """The ok runs whose steady-state and all-steps throughput differ by more than the margin at their point:
-    how much, their new-shape steps and cost, their outlier steps and the slowest ones described."""
+    how much, their new-shape steps and cost, the Triton kernels they compiled in timed steps, their outlier steps and
+    the slowest ones described."""
     columns = ["condition_id", "run_number", *swept, "timing_skew", "new_shape_steps", "new_shape_cost_s",
-               "outlier_steps", "slow_steps"]  # fmt: skip
+               "triton_compiles", "triton_compile_s", "outlier_steps", "slow_steps"]  # fmt: skip
     if table.empty or "timing_skew" not in table or table["timing_skew"].isna().all():
         return pd.DataFrame(columns=columns)
     others = [axis for axis in swept if axis != "arm"]
@@ -114,3 +115,23 @@ def skewed_runs(table: pd.DataFrame, paired: pd.DataFrame, swept: list[str]) -> 
             runs["_margin"] = runs["throughput_noise_floor"].fillna(SHAPE_MARGIN).clip(lower=SHAPE_MARGIN)
     skewed = runs[runs["timing_skew"].abs() > runs["_margin"]]
     return skewed[[c for c in columns if c in skewed]].reset_index(drop=True)
+
+
+def compile_note(skewed: pd.DataFrame) -> str:
+    """How many of the skewed runs compiled Triton kernels in their timed steps, and for how long ("" where none
+    did or nothing was counted): a kernel compiled again for a new class of an integer argument, with no new shape,
+    which a real run pays once per class."""
+    if skewed.empty or "triton_compile_s" not in skewed:
+        return ""
+    compiled = skewed[skewed["triton_compiles"].fillna(0) > 0]
+    if compiled.empty:
+        return ""
+    arms = ", ".join(sorted(compiled["arm"].astype(str).unique())) if "arm" in compiled else ""
+    seconds = number_text(compiled["triton_compile_s"].sum())
+    which = f"; {arms}" if arms else ""
+    return (
+        f"{len(compiled)} of them compiled Triton kernels in timed steps ({seconds} s of compilation{which}): "
+        "Triton compiles a kernel again when an integer argument changes class (whether it divides by 16), as the "
+        "batch's count of labelled tokens does in Liger's and Cut Cross-Entropy's losses, once per class and run; "
+        "the steady state leaves those steps out, and slow_steps (Step times) names the kernels"
+    )

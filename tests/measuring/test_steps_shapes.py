@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from finetune_bench.analysis.batch_shapes import shape_dependence, skewed_runs
+from finetune_bench.analysis.batch_shapes import compile_note, shape_dependence, skewed_runs
 from finetune_bench.measuring.steady_state import OUTLIER_FACTOR, TimedStep, fit_step_time, steady_state
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.results.record import RankSummary
@@ -269,6 +269,13 @@ def test_without_a_new_batch_shape_nothing_is_said_of_shapes():
     table, paired = _table(liger_steady=1300.0, liger_all=1106.0, new_shape_steps=0.0, device="cuda:0")
     assert shape_dependence(paired, table, swept) == []
     assert list(skewed_runs(table, paired, swept)["arm"]) == ["liger"] * 3
+    assert compile_note(skewed_runs(table, paired, swept)) == ""  # nothing counted: nothing said of compilations
+    # the slow steps compiled Triton kernels: the Summary says how many runs, how long, which arms, and why
+    table["triton_compiles"] = table["arm"].map({"liger": 1.0, "baseline": 0.0})
+    table["triton_compile_s"] = table["arm"].map({"liger": 0.33, "baseline": 0.0})
+    note = compile_note(skewed_runs(table, paired, swept))
+    assert note.startswith("3 of them compiled Triton kernels in timed steps (0.99 s of compilation; liger)")
+    assert "count of labelled tokens" in note
 
 
 def test_outlier_factor_is_what_the_metric_s_description_says():
