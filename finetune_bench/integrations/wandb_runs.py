@@ -152,16 +152,21 @@ def run_summary(result: RunResult) -> dict[str, Any]:
     return summary
 
 
+# The per-step table's figures logged as they are (`step/<name>`), what explains a slow step among them.
+STEP_FIGURES = ("loss", "step_time_s", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries", "triton_compiles",
+                "triton_compile_s")  # fmt: skip
+
+
 def step_metrics(steps_file: str | os.PathLike | None) -> list[tuple[int, dict[str, Any]]]:
     """(step, metrics) for each row of the per-step CSV; empty cells (no CUDA figures on a CPU) left out."""
     if not steps_file or not Path(steps_file).is_file():
         return []
     rows = []
-    with open(steps_file, newline="") as f:
+    with open(steps_file, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             value = {k: _number(v) for k, v in row.items()}
             metrics: dict[str, Any] = {"step/is_warmup": str(row.get("is_warmup", "")).strip().lower() == "true"}
-            for name in ("loss", "step_time_s", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries"):
+            for name in STEP_FIGURES:
                 if value.get(name) is not None:
                     metrics[f"step/{name}"] = value[name]
             if _finite(value.get("eval_loss")):  # evaluated on the held-out examples after this step
