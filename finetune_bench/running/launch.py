@@ -333,7 +333,7 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
     tail = _log_tail(work_dir)
     result.error_tail = tail
     if result.steps_file:  # the steps the child finished before it died, streamed as they ended
-        with open(result.steps_file) as steps:
+        with open(result.steps_file, encoding="utf-8") as steps:
             result.details["steps_completed"] = str(max(sum(1 for _ in steps) - 1, 0))
     if timed_out:
         result.status = TIMEOUT
