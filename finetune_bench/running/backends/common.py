@@ -229,17 +229,41 @@ def apply_arm(loaded: LoadedModel, arm: Arm, sharded: bool = False, **liger_flag
         model.compile()
 
 
+# The graph-break reasons a compiled run's details tell (the commonest first).
+COMPILE_REASONS_TOLD = 3
+
+
+def compile_details() -> dict:
+    """What torch.compile made of the run so far, from dynamo's counters (the run's child is a process of its own):
+    how many graphs it compiled, how many operations they captured, and its graph breaks, with the commonest
+    reasons' first lines. Few operations captured, or breaks, say that part of the model ran eagerly."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters["graph_break"]
+    reasons = "; ".join(
+        f"{str(reason).strip().splitlines()[0][:160]} (×{n})" for reason, n in breaks.most_common(COMPILE_REASONS_TOLD)
+    )
+    return {
+        "compile_graphs": int(counters["stats"]["unique_graphs"]),
+        "compile_ops_captured": int(counters["stats"]["calls_captured"]),
+        "compile_graph_breaks": int(sum(breaks.values())),
+        "compile_graph_break_reasons": reasons,
+    }
+
+
 def run_details(loaded: LoadedModel, loss_path: LossPath) -> dict:
     """What every backend reports about the model it trained (the worker files it in the result)."""
     model = loaded.model
+    # compiled before a LoRA wrapper was put around it: look inside peft's wrapper
+    compiled = bool(getattr(unwrap_peft(model), "_compiled_call_impl", None))
     return {
         "loss_path": loss_path.name,
         "liger_patches": loaded.liger_patches,
         "switchback_layers": loaded.switchback_layers,
         "float8_layers": loaded.float8_layers,
         "float8_all_gather": loaded.float8_all_gather,
-        # compiled before a LoRA wrapper was put around it: look inside peft's wrapper
-        "compiled": bool(getattr(unwrap_peft(model), "_compiled_call_impl", None)),
+        "compiled": compiled,
+        **(compile_details() if compiled else {}),
         "random_init": loaded.random_init,
         "attn_implementation": str(getattr(model.config, "_attn_implementation", "")),
         # LoRA adapters included; `trainable_parameters` is what the optimizer updates (all of them in a

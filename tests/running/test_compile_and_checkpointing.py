@@ -1,5 +1,6 @@
 """Gradient checkpointing is torch's non-reentrant kind in every backend, stated rather than left to transformers'
-default, and switched on without transformers' deprecation warnings (5.23 renamed it activation checkpointing)."""
+default, and switched on without transformers' deprecation warnings (5.23 renamed it activation checkpointing); a
+compiled run says what torch.compile captured."""
 
 import warnings
 
@@ -38,3 +39,28 @@ def test_the_trainers_checkpoint_non_reentrant_without_a_deprecation_warning(tmp
     assert arguments.gradient_checkpointing_kwargs == {"use_reentrant": False}
     off = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **checkpointing_arguments(False))
     assert off.gradient_checkpointing is False
+
+
+def test_a_compiled_run_says_what_dynamo_captured_and_where_it_broke():
+    """The compile arms' details (`compile_details`): graphs, operations captured, graph breaks and their reasons,
+    so that a compiled run whose model ran partly eagerly says so."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from finetune_bench.running.backends.common import compile_details
+
+    counters.clear()
+    assert compile_details() == {
+        "compile_graphs": 0, "compile_ops_captured": 0, "compile_graph_breaks": 0, "compile_graph_break_reasons": ""
+    }  # fmt: skip
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sin(x) + 1
+        torch._dynamo.graph_break()
+        return torch.cos(y) * 2
+
+    torch.compile(broken, backend="eager")(torch.ones(3))
+    details = compile_details()
+    assert (details["compile_graphs"], details["compile_ops_captured"], details["compile_graph_breaks"]) == (2, 4, 1)
+    assert details["compile_graph_break_reasons"] == "Call to `torch._dynamo.graph_break()` (×1)"
+    counters.clear()
