@@ -28,7 +28,8 @@ tokens over rank 0's time: the ranks step together).
 the arm's switches; the loss by Cut Cross-Entropy (`cut_cross_entropy.linear_cross_entropy` on the last hidden
 state and the LM head's weight, its defaults, targets shifted by one), the model's own loss otherwise; torchao's
 `convert_to_float8_training` (the LM head left out; under FSDP2 its float8 all-gather); `model.compile()` (the
-decoder's, when the loss starts from its hidden states). `--liger` and `--cce` are short for those arms.
+decoder's, when the loss starts from its hidden states). `--liger` and `--cce` are short for those arms. A
+compiled arm's line says what dynamo made of it (`compile_graphs`, `compile_graph_breaks` and their reasons).
 """
 
 import argparse
@@ -41,6 +42,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import architecture_config
+from finetune_bench.running.backends.common import compile_details, enable_activation_checkpointing
 
 
 def synthetic_rows(seq: int, vocab_size: int, num_examples: int = 512) -> torch.Tensor:
@@ -143,8 +145,6 @@ def main() -> None:
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     if opts.gradient_checkpointing:
-        from finetune_bench.running.backends.common import enable_activation_checkpointing
-
         enable_activation_checkpointing(model)
     if arm.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
@@ -260,6 +260,7 @@ def main() -> None:
                 "bucket_cap_mb": opts.bucket_cap_mb if opts.parallelism == "ddp" else None,
                 "gradient_as_bucket_view": opts.gradient_as_bucket_view if opts.parallelism == "ddp" else None,
                 "gradient_checkpointing": opts.gradient_checkpointing,
+                **(compile_details() if arm.compile else {}),
                 "tokens_per_second": tokens * len(measured) / sum(measured),
                 "tokens_per_second_per_gpu": tokens * len(measured) / sum(measured) / world_size,
                 "step_time_median_s": statistics.median(measured),

@@ -107,10 +107,9 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             energy_unavailable=result.details.get(ENERGY_UNAVAILABLE, ""),
             # the slowest measured steps against their expected time, with their batch shapes (`steady_state`)
             slow_steps=result.details.get("outlier_steps", ""),
-            # what torch.compile made of a compiled run (`running.backends.common.compile_details`): its graphs, the
-            # operations they captured, its graph breaks and their commonest reasons; NaN / empty where not compiled
+            # what torch.compile made of a compiled run (`running.backends.common.compile_details`): its graphs, its
+            # graph breaks and their commonest reasons; NaN / empty where not compiled
             compile_graphs=_detail_number(result.details, "compile_graphs"),
-            compile_ops_captured=_detail_number(result.details, "compile_ops_captured"),
             compile_graph_breaks=_detail_number(result.details, "compile_graph_breaks"),
             compile_graph_break_reasons=result.details.get("compile_graph_break_reasons", ""),
             # float16 mixed precision (empty otherwise): the loss scale after the last training step, the steps

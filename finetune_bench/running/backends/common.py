@@ -235,8 +235,8 @@ COMPILE_REASONS_TOLD = 3
 
 def compile_details() -> dict:
     """What torch.compile made of the run so far, from dynamo's counters (the run's child is a process of its own):
-    how many graphs it compiled, how many operations they captured, and its graph breaks, with the commonest
-    reasons' first lines. Few operations captured, or breaks, say that part of the model ran eagerly."""
+    how many graphs it compiled, and its graph breaks with the commonest reasons' first lines (what dynamo could
+    not trace runs eagerly between its graphs)."""
     from torch._dynamo.utils import counters
 
     breaks = counters["graph_break"]
@@ -245,7 +245,6 @@ def compile_details() -> dict:
     )
     return {
         "compile_graphs": int(counters["stats"]["unique_graphs"]),
-        "compile_ops_captured": int(counters["stats"]["calls_captured"]),
         "compile_graph_breaks": int(sum(breaks.values())),
         "compile_graph_break_reasons": reasons,
     }
