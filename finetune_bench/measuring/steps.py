@@ -60,9 +60,9 @@ class StepRecord:
     cuda_malloc_retries: int | None = None
     # Triton kernels compiled in the step (a new specialisation of a kernel's arguments, `measuring.triton_compiles`):
     # how many and in how many seconds (on several GPUs the largest of any rank, since the ranks wait for each
-    # other), and which (this rank's).
-    triton_compiles: int = 0
-    triton_compile_s: float = 0.0
+    # other), and which (this rank's); None where nothing is counted (`measuring.triton_compiles`).
+    triton_compiles: int | None = None
+    triton_compile_s: float | None = None
     triton_kernels_compiled: str = ""
     # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
     energy_j: float | None = None
@@ -291,6 +291,8 @@ class StepRecorder:
         energy = self._step_energy()
         compiles, compile_s, kernels = self._triton.take()
         new_shape, compiles, compile_s = self._across_ranks(self._fed_new_shape(), compiles, compile_s)
+        if not self._counting_compiles:
+            compiles = compile_s = None
         index = len(self.steps)
         self.steps.append(
             StepRecord(

@@ -105,6 +105,7 @@ def test_a_run_without_triton_s_hooks_has_no_compile_figures(monkeypatch):
         recorder.end_step()
     recorder.end_training()
     assert "triton_compiles" not in recorder.summary()  # not counted is not zero
+    assert {(s.triton_compiles, s.triton_compile_s) for s in recorder.steps} == {(None, None)}
 
 
 def test_an_outlier_step_says_what_it_compiled():
