@@ -21,6 +21,9 @@ REMEDY = (
     "`pad_to_multiple_of: 64` makes padded batches repeat a few lengths; `packing: true` fills every row to "
     "max_seq_length (one shape)"
 )
+# A run that compiled Triton kernels for this long in its timed steps is said to have (a kernel loaded from Triton's
+# disk cache takes milliseconds: no word).
+NOTABLE_COMPILE_S = 0.05
 # Said where the runs trained on a GPU with attention SDPA may run on cuDNN (`sdpa`, or `cudnn` itself): what was
 # measured there.
 CUDNN_NOTE = (
@@ -118,12 +121,12 @@ def skewed_runs(table: pd.DataFrame, paired: pd.DataFrame, swept: list[str]) -> 
 
 
 def compile_note(skewed: pd.DataFrame) -> str:
-    """How many of the skewed runs compiled Triton kernels in their timed steps, and for how long ("" where none
-    did or nothing was counted): a kernel compiled again for a new class of an integer argument, with no new shape,
-    which a real run pays once per class."""
+    """How many of the skewed runs spent at least `NOTABLE_COMPILE_S` compiling Triton kernels in their timed steps,
+    and how long in all ("" where none did or nothing was counted): a kernel compiled again for a new
+    specialisation of its arguments, which a real run pays once per specialisation."""
     if skewed.empty or "triton_compile_s" not in skewed:
         return ""
-    compiled = skewed[skewed["triton_compiles"].fillna(0) > 0]
+    compiled = skewed[skewed["triton_compile_s"].fillna(0) >= NOTABLE_COMPILE_S]
     if compiled.empty:
         return ""
     arms = ", ".join(sorted(compiled["arm"].astype(str).unique())) if "arm" in compiled else ""
@@ -131,7 +134,8 @@ def compile_note(skewed: pd.DataFrame) -> str:
     which = f"; {arms}" if arms else ""
     return (
         f"{len(compiled)} of them compiled Triton kernels in timed steps ({seconds} s of compilation{which}): "
-        "Triton compiles a kernel again when an integer argument changes class (whether it divides by 16), as the "
-        "batch's count of labelled tokens does in Liger's and Cut Cross-Entropy's losses, once per class and run; "
-        "the steady state leaves those steps out, and slow_steps (Step times) names the kernels"
+        "Triton compiles a kernel again for each new specialisation of its arguments, a new shape or an integer that "
+        "changes class (whether it divides by 16, as the batch's count of labelled tokens in Liger's and Cut "
+        "Cross-Entropy's losses can), once per run; the steady state leaves those steps out, and steps.csv's "
+        "triton_kernels_compiled names the kernels"
     )

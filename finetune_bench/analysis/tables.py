@@ -111,7 +111,10 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
             # graph breaks and their commonest reasons; NaN / empty where not compiled
             compile_graphs=_detail_number(result.details, "compile_graphs"),
             compile_graph_breaks=_detail_number(result.details, "compile_graph_breaks"),
-            compile_graph_break_reasons=result.details.get("compile_graph_break_reasons", ""),
+            # (or why dynamo's counters could not be read)
+            compile_graph_break_reasons=result.details.get(
+                "compile_graph_break_reasons", result.details.get("compile_details_error", "")
+            ),
             # float16 mixed precision (empty otherwise): the loss scale after the last training step, the steps
             # the scaler skipped for inf/NaN gradients, and the dtypes of the weights that trained and the frozen ones
             loss_scale=_detail_number(result.details, "loss_scale"),

@@ -275,7 +275,9 @@ def test_without_a_new_batch_shape_nothing_is_said_of_shapes():
     table["triton_compile_s"] = table["arm"].map({"liger": 0.33, "baseline": 0.0})
     note = compile_note(skewed_runs(table, paired, swept))
     assert note.startswith("3 of them compiled Triton kernels in timed steps (0.99 s of compilation; liger)")
-    assert "count of labelled tokens" in note
+    assert "count of labelled tokens" in note and "triton_kernels_compiled" in note
+    table["triton_compile_s"] = table["arm"].map({"liger": 0.004, "baseline": 0.0})  # loaded from Triton's cache
+    assert compile_note(skewed_runs(table, paired, swept)) == ""
 
 
 def test_outlier_factor_is_what_the_metric_s_description_says():

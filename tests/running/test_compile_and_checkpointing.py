@@ -64,3 +64,18 @@ def test_a_compiled_run_says_what_dynamo_captured_and_where_it_broke():
     assert (details["compile_graphs"], details["compile_graph_breaks"]) == (2, 1)
     assert details["compile_graph_break_reasons"] == "Call to `torch._dynamo.graph_break()` (×1)"
     counters.clear()
+
+
+def test_unreadable_dynamo_counters_cost_the_details_not_the_run(monkeypatch):
+    import torch._dynamo.utils
+
+    from finetune_bench.running.backends.common import compile_details
+
+    class Broken:
+        def __getitem__(self, key: str) -> object:
+            raise KeyError(key)
+
+    monkeypatch.setattr(torch._dynamo.utils, "counters", Broken())
+    assert compile_details() == {
+        "compile_details_error": "dynamo's counters could not be read: KeyError('graph_break')"
+    }

@@ -237,17 +237,21 @@ def compile_details() -> dict:
     """What torch.compile made of the run so far, from dynamo's counters (the run's child is a process of its own):
     how many graphs it compiled, and its graph breaks with the commonest reasons' first lines (what dynamo could
     not trace runs eagerly between its graphs)."""
-    from torch._dynamo.utils import counters
+    try:  # dynamo's counters are torch's private API: a change there costs these details, not the measured run
+        from torch._dynamo.utils import counters
 
-    breaks = counters["graph_break"]
-    reasons = "; ".join(
-        f"{str(reason).strip().splitlines()[0][:160]} (×{n})" for reason, n in breaks.most_common(COMPILE_REASONS_TOLD)
-    )
-    return {
-        "compile_graphs": int(counters["stats"]["unique_graphs"]),
-        "compile_graph_breaks": int(sum(breaks.values())),
-        "compile_graph_break_reasons": reasons,
-    }
+        breaks = counters["graph_break"]
+        reasons = "; ".join(
+            f"{(str(reason).strip().splitlines() or [''])[0][:160]} (×{n})"
+            for reason, n in breaks.most_common(COMPILE_REASONS_TOLD)
+        )
+        return {
+            "compile_graphs": int(counters["stats"]["unique_graphs"]),
+            "compile_graph_breaks": int(sum(breaks.values())),
+            "compile_graph_break_reasons": reasons,
+        }
+    except Exception as exc:  # said in the run's details
+        return {"compile_details_error": f"dynamo's counters could not be read: {exc!r}"}
 
 
 def run_details(loaded: LoadedModel, loss_path: LossPath) -> dict:
