@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from finetune_bench.measuring.gc_timer import GcTimer
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
 from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
@@ -74,28 +75,6 @@ STEP_COLUMNS = tuple(column.name for column in fields(StepRecord))
 
 class NonFiniteLoss(RuntimeError):
     """Training produced a NaN or infinite loss."""
-
-
-class GcTimer:
-    """Total time spent in Python's garbage collector while installed (gc.callbacks)."""
-
-    def __init__(self) -> None:
-        self.total_s = 0.0
-        self._start: float | None = None
-
-    def __call__(self, phase: str, _info: dict) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        elif self._start is not None:
-            self.total_s += time.perf_counter() - self._start
-            self._start = None
-
-    def install(self) -> None:
-        gc.callbacks.append(self)
-
-    def remove(self) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
 
 
 @dataclass
