@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finetune_bench.analysis.batch_shapes import shape_dependence, skewed_runs
+from finetune_bench.analysis.batch_shapes import compile_note, shape_dependence, skewed_runs
 from finetune_bench.analysis.memory_phases import hidden_savings, phase_peaks
 from finetune_bench.analysis.parity import (
     held_out_parity,
@@ -104,9 +104,11 @@ class GridAnalysis:
     # (`inputs.plan.not_launched`); the others ran.
     not_launched: list[str] = field(default_factory=list)
     # Each arm whose steady-state ratio and all-steps ratio disagree (its advantage depends on new batch shapes), a
-    # sentence each; and the runs whose steady-state and all-steps throughput disagree (`analysis.batch_shapes`).
+    # sentence each; the runs whose steady-state and all-steps throughput disagree, and how many of them compiled
+    # Triton kernels in timed steps ("" when none did) (`analysis.batch_shapes`).
     shape_notes: list[str] = field(default_factory=list)
     skewed_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    skewed_compile_note: str = ""
     # Per condition, each memory phase's peak allocated memory and the phase that sets the peak; and the arms whose
     # saving in one phase the phase that sets the peak hides, a sentence each (`analysis.memory_phases`).
     phase_peaks: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -147,6 +149,7 @@ def analyze_table(
     stacks = stacks_table(paired, table, swept)
     peaks = phase_peaks(table, swept)
     versions = versions_table(table, swept, alpha, steps) if sweeps_software(swept) else pd.DataFrame()
+    skewed = skewed_runs(table, paired, swept)
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -176,7 +179,8 @@ def analyze_table(
         stack_components=component_contributions(stacks, swept),
         timeline=condition_timeline(table, swept),
         shape_notes=shape_dependence(paired, table, swept),
-        skewed_runs=skewed_runs(table, paired, swept),
+        skewed_runs=skewed,
+        skewed_compile_note=compile_note(skewed),
         phase_peaks=peaks,
         hidden_savings=hidden_savings(peaks, swept),
         reuse_note=reuse_note(table),

@@ -4,7 +4,6 @@ the loss still matches, and the environment."""
 
 import html
 
-from finetune_bench.analysis.batch_shapes import compile_note
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
@@ -103,7 +102,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
         overview.append(
             f'<div class="warning"><b>Slow steps.</b> {len(a.skewed_runs)} run(s) whose throughput over all timed '
             "steps differs from their steady state by more than the noise floor: see Step times."
-            + (f" {html.escape(note)}." if (note := compile_note(a.skewed_runs)) else "")
+            + (f" {html.escape(a.skewed_compile_note)}." if a.skewed_compile_note else "")
             + "</div>"
         )
     if not a.paired.empty:
