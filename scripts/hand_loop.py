@@ -38,6 +38,7 @@ import statistics
 import time
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from finetune_bench.inputs.arms import parse_arm
@@ -268,6 +269,9 @@ def main() -> None:
                 "peak_reserved_gib": peak_reserved / 1024**3 if cuda else None,
                 "step_times_s": [round(t, 4) for t in times],
                 "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+                # what decides, e.g., whether compile reaches checkpointed layers under FSDP2 (transformers 5.23 on)
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
             }
         )
     )

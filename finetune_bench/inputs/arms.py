@@ -47,6 +47,30 @@ FLOAT8_INSTALL_HINT = "pip install torchao"
 FLOAT8_MIN_CAPABILITY = (8, 9)
 # Liger's loss kernels: they only act when the model's own forward computes the loss.
 LOSS_KERNELS = ("cross_entropy", "fused_linear_cross_entropy")
+# The first transformers release whose decoder layers checkpoint their `forward`, with the module's hooks outside the
+# checkpoint. Earlier releases checkpoint the layer's `__call__`, FSDP2's hooks inside: torch.compile cannot trace
+# those hooks, cannot break its graph inside a checkpoint, and so runs every checkpointed layer uncompiled.
+TRANSFORMERS_CHECKPOINTING_FORWARD = "5.23.0"
+
+
+def uncompiled_layers_problem(
+    arm: "Arm", gradient_checkpointing: bool, fsdp: bool, transformers_version: str, where: str = ""
+) -> str | None:
+    """Why a run of `arm` would compile without its decoder layers (None where it would not): a compiled arm sharded
+    by FSDP2 (`fsdp`) with gradient checkpointing, with a transformers release older than
+    `TRANSFORMERS_CHECKPOINTING_FORWARD`."""
+    from packaging.version import Version
+
+    if not (arm.compile and gradient_checkpointing and fsdp):
+        return None
+    if Version(transformers_version) >= Version(TRANSFORMERS_CHECKPOINTING_FORWARD):
+        return None
+    return (
+        f"arm {arm.name!r} with gradient_checkpointing and parallelism 'fsdp'{where}: transformers "
+        f"{transformers_version} checkpoints each decoder layer's __call__, FSDP2's hooks inside the checkpoint, where "
+        "torch.compile cannot trace them, so every decoder layer would run uncompiled (docs/multi-gpu.md); use "
+        f"transformers {TRANSFORMERS_CHECKPOINTING_FORWARD} or later, or gradient_checkpointing false"
+    )
 
 
 def component_notes(arm_names: list[str]) -> list[str]:

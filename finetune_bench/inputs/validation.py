@@ -6,6 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
+from finetune_bench.inputs import software_sets
 from finetune_bench.inputs.arms import (
     FLOAT8_INSTALL_HINT,
     FLOAT8_MIN_CAPABILITY,
@@ -16,6 +17,7 @@ from finetune_bench.inputs.arms import (
     kernel_switches,
     parse_arm,
     supported_model_types,
+    uncompiled_layers_problem,
 )
 from finetune_bench.inputs.catalog import (
     ATTENTIONS,
@@ -188,6 +190,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
         lambda: _check_liger(t, arm, where),
         lambda: _check_cut_cross_entropy(t, arm, where),
         lambda: _check_float8(t, arm, where),
+        lambda: _check_compiled_layers(t, arm, where),
     ]
     problems, refusals = Problems(), []
     for check in checks:
@@ -437,6 +440,23 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
 
 
 # The settings that tune DDP alone (`running.distributed.share_model`).
+def _check_compiled_layers(training_args: TrainingArgs, arm: Arm, where: str) -> None:
+    """A compiled arm compiles its decoder layers: refused where FSDP2 with gradient checkpointing and the run's
+    transformers (the software set's pin, else the installed release) would leave them uncompiled."""
+    import importlib.metadata
+
+    t = training_args
+    try:
+        pinned = software_sets.parse(t.software_set).get("transformers")
+    except SpecError:  # a misspelt set is named by the settings' own check
+        return
+    version = pinned or importlib.metadata.version("transformers")
+    sharded = t.world_size > 1 and t.parallelism == "fsdp"
+    problem = uncompiled_layers_problem(arm, t.gradient_checkpointing, sharded, version, where)
+    if problem:
+        raise ConditionRefused(problem)
+
+
 DDP_TUNING = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view")
 
 

@@ -2,12 +2,13 @@
 float8 training; what the grammar and planning accept and refuse, and what the plan says about them."""
 
 import dataclasses
+import importlib.metadata
 import importlib.util
 
 import pytest
 
 from finetune_bench.inputs.arms import ArmError, component_notes, default_kernels, parse_arm
-from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.errors import ConditionRefused, SpecError
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_condition
 from finetune_bench.prediction.memory import resolve_step
@@ -124,3 +125,55 @@ def test_float16_trains_in_mixed_precision_except_sharded_with_fsdp(backend):
 def test_float16_lora_and_forward_passes_plan():
     validate_condition(condition(backend="hf_trainer", dtype="float16", device="cuda", lora_rank=8), {})
     validate_condition(condition(backend="forward_only", dtype="float16", device="cuda"), {})
+
+
+SHARDED_AND_CHECKPOINTED = {"device": "cuda", "num_gpus": 4, "parallelism": "fsdp", "gradient_checkpointing": True}
+
+
+def transformers_installed_as(monkeypatch, version: str) -> None:
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: version if name == "transformers" else real_version(name)
+    )
+
+
+def test_a_compiled_arm_is_refused_under_fsdp2_with_checkpointing_where_transformers_leaves_its_layers_uncompiled(
+    monkeypatch,
+):
+    transformers_installed_as(monkeypatch, "5.17.0")
+    with pytest.raises(ConditionRefused) as refused:
+        validate_condition(condition(arm="float8+compile", **SHARDED_AND_CHECKPOINTED), {})
+    message = str(refused.value)
+    assert (
+        "arm 'float8+compile'" in message and "transformers 5.17.0 checkpoints each decoder layer's __call__" in message
+    )
+    assert "use transformers 5.23.0 or later, or gradient_checkpointing false" in message
+    # what compiles its layers with that release: no checkpointing, DDP (no hooks per layer), an arm not compiled
+    validate_condition(condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "gradient_checkpointing": False}), {})
+    validate_condition(condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "parallelism": "ddp"}), {})
+    validate_condition(condition(arm="liger", **SHARDED_AND_CHECKPOINTED), {})
+
+
+def test_a_software_set_s_transformers_decides_whether_its_compiled_layers_are_refused(monkeypatch):
+    transformers_installed_as(monkeypatch, "5.23.0")
+    validate_condition(condition(arm="compile", **SHARDED_AND_CHECKPOINTED), {})
+    with pytest.raises(ConditionRefused, match="transformers 5.22.2 checkpoints"):
+        validate_condition(
+            condition(arm="compile", software_set="transformers==5.22.2", **SHARDED_AND_CHECKPOINTED), {}
+        )
+    transformers_installed_as(monkeypatch, "5.17.0")
+    validate_condition(condition(arm="compile", software_set="transformers==5.23.0", **SHARDED_AND_CHECKPOINTED), {})
+
+
+def test_a_run_whose_imported_transformers_would_leave_its_compiled_layers_uncompiled_fails_before_loading(
+    monkeypatch, tmp_path
+):
+    import torch
+    import transformers
+
+    from finetune_bench.running.backends.common import load_model
+
+    monkeypatch.setattr(transformers, "__version__", "5.22.2")
+    args = condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "device": "cpu"})
+    with pytest.raises(RuntimeError, match="transformers 5.22.2 checkpoints each decoder layer's __call__"):
+        load_model(args, tmp_path / "no model here", torch.device("cpu"), torch.float32)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "hand_loop.py"
 TINY = ["--device", "cpu", "--arch", "tiny-llama", "--batch", "2", "--seq", "32", "--steps", "3", "--warmup", "1"]
@@ -31,6 +33,7 @@ def test_the_bare_loop_runs_each_arm_and_layout(arm, parallelism, tmp_path):
     assert line["world_size"] == (1 if parallelism == "none" else 2)
     assert len(line["step_times_s"]) == 3 and math.isfinite(line["tokens_per_second"]) and line["tokens_per_second"] > 0
     assert line["peak_allocated_gib"] is None  # no memory figure off a GPU
+    assert line["torch"] == torch.__version__ and line["transformers"] == transformers.__version__
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from finetune_bench.inputs.arms import Arm, parse_arm
+from finetune_bench.inputs.arms import Arm, parse_arm, uncompiled_layers_problem
 from finetune_bench.inputs.catalog import ATTENTIONS, BACKENDS, BITSANDBYTES_OPTIMIZERS
 from finetune_bench.inputs.loss_paths import LossPath
 from finetune_bench.inputs.settings import TrainingArgs
@@ -174,11 +174,19 @@ def load_model(
     """Load (or randomly initialise, seeded) the model on `device`, and apply Liger if the arm asks. `dtype` is the
     dtype the run computes in; the weights are loaded in `weight_dtype` (float32 master weights for float16 mixed
     precision)."""
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_optimizer_device(args, device)  # every backend loads through here: fail before the load
-    if parse_arm(args.arm).float8:
+    arm = parse_arm(args.arm)
+    if arm.float8:
         check_float8_runs_here(device)
+    # planning refuses it with the release it knows of; a software set's import could still differ
+    uncompiled = uncompiled_layers_problem(
+        arm, args.gradient_checkpointing, args.world_size > 1 and args.parallelism == "fsdp", transformers.__version__
+    )
+    if uncompiled:
+        raise RuntimeError(uncompiled)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
@@ -204,7 +212,7 @@ def load_model(
         )
     loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
     sharded = args.world_size > 1 and args.parallelism == "fsdp"
-    apply_arm(loaded, parse_arm(args.arm), sharded=sharded, **liger_flags)
+    apply_arm(loaded, arm, sharded=sharded, **liger_flags)
     return loaded
 
 
