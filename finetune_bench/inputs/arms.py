@@ -54,22 +54,28 @@ TRANSFORMERS_CHECKPOINTING_FORWARD = "5.23.0"
 
 
 def uncompiled_layers_problem(
-    arm: "Arm", gradient_checkpointing: bool, fsdp: bool, transformers_version: str, where: str = ""
+    arm: "Arm", gradient_checkpointing: bool, fsdp: bool, transformers_version: str, where: str = "", source: str = ""
 ) -> str | None:
     """Why a run of `arm` would compile without its decoder layers (None where it would not): a compiled arm sharded
     by FSDP2 (`fsdp`) with gradient checkpointing, with a transformers release older than
-    `TRANSFORMERS_CHECKPOINTING_FORWARD`."""
-    from packaging.version import Version
+    `TRANSFORMERS_CHECKPOINTING_FORWARD` (its pre-releases count as that release; a version that cannot be read is
+    not refused). `source` says where the version was read (the installed package, a software set's pin)."""
+    from packaging.version import InvalidVersion, Version
 
     if not (arm.compile and gradient_checkpointing and fsdp):
         return None
-    if Version(transformers_version) >= Version(TRANSFORMERS_CHECKPOINTING_FORWARD):
+    try:
+        release = Version(transformers_version).release
+    except InvalidVersion:
+        return None
+    if release >= Version(TRANSFORMERS_CHECKPOINTING_FORWARD).release:
         return None
     return (
-        f"arm {arm.name!r} with gradient_checkpointing and parallelism 'fsdp'{where}: transformers "
-        f"{transformers_version} checkpoints each decoder layer's __call__, FSDP2's hooks inside the checkpoint, where "
-        "torch.compile cannot trace them, so every decoder layer would run uncompiled (docs/multi-gpu.md); use "
-        f"transformers {TRANSFORMERS_CHECKPOINTING_FORWARD} or later, or gradient_checkpointing false"
+        f"arm {arm.name!r} with training_args.gradient_checkpointing and parallelism 'fsdp'{where}: transformers "
+        f"{transformers_version}{f' ({source})' if source else ''} checkpoints each decoder layer's __call__, FSDP2's "
+        "hooks inside the checkpoint, where torch.compile cannot trace them, so every decoder layer would run "
+        f"uncompiled (docs/multi-gpu.md); install transformers {TRANSFORMERS_CHECKPOINTING_FORWARD} or later (or pin "
+        f"it in training_args.software_set), or set training_args.gradient_checkpointing false"
     )
 
 

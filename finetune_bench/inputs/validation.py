@@ -439,7 +439,6 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
         )
 
 
-# The settings that tune DDP alone (`running.distributed.share_model`).
 def _check_compiled_layers(training_args: TrainingArgs, arm: Arm, where: str) -> None:
     """A compiled arm compiles its decoder layers: refused where FSDP2 with gradient checkpointing and the run's
     transformers (the software set's pin, else the installed release) would leave them uncompiled."""
@@ -451,12 +450,14 @@ def _check_compiled_layers(training_args: TrainingArgs, arm: Arm, where: str) ->
     except SpecError:  # a misspelt set is named by the settings' own check
         return
     version = pinned or importlib.metadata.version("transformers")
+    source = "the software set's pin" if pinned else "installed"
     sharded = t.world_size > 1 and t.parallelism == "fsdp"
-    problem = uncompiled_layers_problem(arm, t.gradient_checkpointing, sharded, version, where)
+    problem = uncompiled_layers_problem(arm, t.gradient_checkpointing, sharded, version, where, source)
     if problem:
         raise ConditionRefused(problem)
 
 
+# The settings that tune DDP alone (`running.distributed.share_model`).
 DDP_TUNING = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view")
 
 

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from finetune_bench.inputs.arms import ArmError, component_notes, default_kernels, parse_arm
+from finetune_bench.inputs.arms import ArmError, component_notes, default_kernels, parse_arm, uncompiled_layers_problem
 from finetune_bench.inputs.errors import ConditionRefused, SpecError
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_condition
@@ -144,20 +144,33 @@ def test_a_compiled_arm_is_refused_under_fsdp2_with_checkpointing_where_transfor
     with pytest.raises(ConditionRefused) as refused:
         validate_condition(condition(arm="float8+compile", **SHARDED_AND_CHECKPOINTED), {})
     message = str(refused.value)
-    assert (
-        "arm 'float8+compile'" in message and "transformers 5.17.0 checkpoints each decoder layer's __call__" in message
-    )
-    assert "use transformers 5.23.0 or later, or gradient_checkpointing false" in message
+    assert "arm 'float8+compile'" in message
+    assert "transformers 5.17.0 (installed) checkpoints each decoder layer's __call__" in message
+    assert "install transformers 5.23.0 or later" in message
+    assert "set training_args.gradient_checkpointing false" in message
     # what compiles its layers with that release: no checkpointing, DDP (no hooks per layer), an arm not compiled
     validate_condition(condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "gradient_checkpointing": False}), {})
     validate_condition(condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "parallelism": "ddp"}), {})
     validate_condition(condition(arm="liger", **SHARDED_AND_CHECKPOINTED), {})
+    # the one-GPU point of a scaling grid shards nothing
+    validate_condition(condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "num_gpus": 1}), {"num_gpus": 1})
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("5.22.2", True), ("4.57.6", True), ("5.23.0", False), ("5.23.0.dev0", False), ("5.23.0rc1", False),
+     ("5.24.0+local", False), ("not a version", False)],
+)  # fmt: skip
+def test_which_transformers_releases_leave_compiled_layers_uncompiled(version, refused):
+    problem = uncompiled_layers_problem(parse_arm("compile"), True, True, version)
+    assert (problem is not None) == refused
+    assert uncompiled_layers_problem(parse_arm("compile"), False, True, "5.17.0") is None
 
 
 def test_a_software_set_s_transformers_decides_whether_its_compiled_layers_are_refused(monkeypatch):
     transformers_installed_as(monkeypatch, "5.23.0")
     validate_condition(condition(arm="compile", **SHARDED_AND_CHECKPOINTED), {})
-    with pytest.raises(ConditionRefused, match="transformers 5.22.2 checkpoints"):
+    with pytest.raises(ConditionRefused, match=r"transformers 5.22.2 \(the software set's pin\) checkpoints"):
         validate_condition(
             condition(arm="compile", software_set="transformers==5.22.2", **SHARDED_AND_CHECKPOINTED), {}
         )
@@ -175,5 +188,7 @@ def test_a_run_whose_imported_transformers_would_leave_its_compiled_layers_uncom
 
     monkeypatch.setattr(transformers, "__version__", "5.22.2")
     args = condition(arm="compile", **{**SHARDED_AND_CHECKPOINTED, "device": "cpu"})
-    with pytest.raises(RuntimeError, match="transformers 5.22.2 checkpoints each decoder layer's __call__"):
+    with pytest.raises(
+        RuntimeError, match=r"transformers 5.22.2 \(imported\) checkpoints each decoder layer's __call__"
+    ):
         load_model(args, tmp_path / "no model here", torch.device("cpu"), torch.float32)

@@ -183,7 +183,11 @@ def load_model(
         check_float8_runs_here(device)
     # planning refuses it with the release it knows of; a software set's import could still differ
     uncompiled = uncompiled_layers_problem(
-        arm, args.gradient_checkpointing, args.world_size > 1 and args.parallelism == "fsdp", transformers.__version__
+        arm,
+        args.gradient_checkpointing,
+        args.world_size > 1 and args.parallelism == "fsdp",
+        transformers.__version__,
+        source="imported",
     )
     if uncompiled:
         raise RuntimeError(uncompiled)
