@@ -286,6 +286,12 @@ class TrainingArgs(StrictFromJson):
         return self.num_gpus * self.num_nodes
 
     @property
+    def sharded_by_fsdp(self) -> bool:
+        """Whether FSDP2 shards this condition's model over its ranks (several GPUs, parallelism 'fsdp'; the one-GPU
+        point of a GPU-count sweep trains unshared)."""
+        return self.world_size > 1 and self.parallelism == "fsdp"
+
+    @property
     def examples_per_step(self) -> int:
         """Examples one step takes from the dataset over every rank (each accumulation step's batch on each GPU):
         the fewest a dataset must hold for a batch to be what this condition says."""

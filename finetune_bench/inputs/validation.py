@@ -124,7 +124,7 @@ def _check_float16_training(training_args: TrainingArgs, where: str) -> None:
     FSDP's resharding, and accelerate's FSDP2 is set up without `fp16` (`trainer_common.distributed_arguments`).
     Forward passes alone (`forward_only`) run float16 weights."""
     t = training_args
-    if t.dtype == "float16" and BACKENDS[t.backend].trains and t.world_size > 1 and t.parallelism == "fsdp":
+    if t.dtype == "float16" and BACKENDS[t.backend].trains and t.sharded_by_fsdp:
         raise SpecError(
             f"training_args.dtype 'float16' with parallelism 'fsdp'{where}: float16 trains in mixed precision "
             "(float32 master weights, autocast, loss scaling), which is not run sharded here: FSDP2 would keep "
@@ -451,8 +451,7 @@ def _check_compiled_layers(training_args: TrainingArgs, arm: Arm, where: str) ->
         return
     version = pinned or importlib.metadata.version("transformers")
     source = "the software set's pin" if pinned else "installed"
-    sharded = t.world_size > 1 and t.parallelism == "fsdp"
-    problem = uncompiled_layers_problem(arm, t.gradient_checkpointing, sharded, version, where, source)
+    problem = uncompiled_layers_problem(arm, t.gradient_checkpointing, t.sharded_by_fsdp, version, where, source)
     if problem:
         raise ConditionRefused(problem)
 

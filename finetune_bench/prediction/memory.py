@@ -204,7 +204,7 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
     if args.dtype == "float16" and BACKENDS[args.backend].trains and args.lora_rank == 0:
         raise NoPrediction(FLOAT16_FULL_FINE_TUNE)
     ddp = args.world_size > 1 and args.parallelism == "ddp"
-    if args.world_size > 1 and args.parallelism == "fsdp":
+    if args.sharded_by_fsdp:
         raise NoPrediction(
             f"a run on {args.world_size} GPUs with FSDP2: its sharded weights, gradients and optimizer states, the "
             "layers it gathers and its reduce-scatter buffers are not modelled"

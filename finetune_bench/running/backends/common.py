@@ -185,7 +185,7 @@ def load_model(
     uncompiled = uncompiled_layers_problem(
         arm,
         args.gradient_checkpointing,
-        args.world_size > 1 and args.parallelism == "fsdp",
+        args.sharded_by_fsdp,
         transformers.__version__,
         source="imported",
     )
@@ -215,8 +215,7 @@ def load_model(
             f"loaded with {loaded_implementation!r}"
         )
     loaded = LoadedModel(model=model, tokenizer=tokenizer, random_init=random_init)
-    sharded = args.world_size > 1 and args.parallelism == "fsdp"
-    apply_arm(loaded, arm, sharded=sharded, **liger_flags)
+    apply_arm(loaded, arm, sharded=args.sharded_by_fsdp, **liger_flags)
     return loaded
 
 

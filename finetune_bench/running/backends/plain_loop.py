@@ -373,7 +373,7 @@ def weight_dtypes(model: torch.nn.Module) -> dict[str, str]:
 def check_float16_parallelism(args: TrainingArgs, mixed_float16: bool) -> None:
     """float16 mixed precision is not sharded with FSDP (planning refuses it; `inputs.validation` says why): never
     run it as something else."""
-    if mixed_float16 and args.world_size > 1 and args.parallelism == "fsdp":
+    if mixed_float16 and args.sharded_by_fsdp:
         raise ValueError(
             "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
             "finetune_bench.inputs.validation); use parallelism 'ddp' or dtype 'bfloat16'"
