@@ -7,8 +7,10 @@ from finetune_bench.analysis.parity import MATCH
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT, ArmError, parse_arm
 from finetune_bench.results.record import OK
 
-# The paired comparison's columns the leaderboard shows, each with its interval where it has one.
-_RATIOS = ("throughput", "peak_reserved", "energy_per_token")
+# The paired comparison's columns the leaderboard shows, each with its interval where it has one (the steady state's
+# beside the throughput over all timed steps, which ranks: a stack whose run compiled kernels or met new batch shapes
+# in timed steps reads lower over all steps than at its steady state).
+_RATIOS = ("throughput", "steady_throughput", "peak_reserved", "energy_per_token")
 # Peak reserved memories closer than this share of the baseline's count as the same on the front: a stack that
 # saves less than that over a faster one is not worth its speed (a memory budget is not that exact).
 MEMORY_TIE = 0.01
@@ -22,12 +24,13 @@ def stack_arms(paired: pd.DataFrame) -> list[str]:
 
 
 def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
-    """Per point of the axes other than the arm: each stack's throughput, peak reserved memory and energy per token
-    as ratios to the baseline over paired runs (with their intervals where there are enough pairs), how many of
-    its runs' losses matched the baseline's, its rank by throughput, `pareto`: no other stack at that point, the
-    baseline included, is at least as fast and as lean (memories within `MEMORY_TIE` of the baseline's count as the
-    same) and better in one, and `beaten_by`: the fastest one that is ("" on the front). Empty unless two or more
-    stacks were compared."""
+    """Per point of the axes other than the arm: each stack's throughput (over all timed steps, and at its steady
+    state where the runs measured one), peak reserved memory and energy per token as ratios to the baseline over
+    paired runs (with their intervals where there are enough pairs), how many of its runs' losses matched the
+    baseline's, its rank by throughput (over all timed steps), `pareto`: no other stack at that point, the baseline
+    included, is at least as fast and as lean (memories within `MEMORY_TIE` of the baseline's count as the same) and
+    better in one, and `beaten_by`: the fastest one that is ("" on the front). Empty unless two or more stacks were
+    compared."""
     arms = stack_arms(paired)
     if len(arms) < 2:
         return pd.DataFrame()

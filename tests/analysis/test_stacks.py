@@ -21,13 +21,18 @@ SHAPES = {
 }
 
 
-def _grid(arms: list[str], shapes: dict[str, tuple[float, float]] = SHAPES):
+def _grid(arms: list[str], shapes: dict[str, tuple[float, float]] = SHAPES, steady: dict | None = None):
+    """The grid's analysis; `steady`: (arm, run number) -> the run's all-steps throughput where its steady state is
+    the shape's speed (a run whose timed steps paid for something once)."""
     experiment = ExperimentArgs(arm=arms, per_device_train_batch_size=[8])
     planned = plan_runs(experiment, TrainingArgs(backend="plain_loop"), n_runs=3)
     results = []
     for run in planned:
         speed, memory = shapes[run.training_args.arm]
         metrics = {"tokens_per_second": speed + run.run_number, "peak_reserved_bytes": memory * GIB}
+        if steady is not None:
+            metrics["steady_tokens_per_second"] = metrics["tokens_per_second"]
+            metrics["tokens_per_second"] = steady.get((run.training_args.arm, run.run_number), speed + run.run_number)
         results.append(
             RunResult(run.condition_id, run.run_number, run.swept_axes, run.training_args, "ok", metrics=metrics)
         )
@@ -131,3 +136,16 @@ def test_each_component_s_share_comes_from_the_ablations_in_the_grid():
     assert "What each component adds" in grid_report(analysis).sections["Stacks"]
     # a stack whose ablations the grid lacks has no shares
     assert _grid(["baseline", "liger", "compile+cce"]).stack_components.empty
+
+
+def test_the_leaderboard_shows_the_steady_state_ratio_beside_the_all_steps_one_that_ranks():
+    # two of cce's three runs compiled its kernels in timed steps: over all steps it reads far below its steady state
+    shapes = {"baseline": (100.0, 60.0), "liger": (130.0, 27.0), "cce": (103.0, 36.0)}
+    analysis = _grid(list(shapes), shapes, steady={("cce", 0): 50.0, ("cce", 1): 52.0})
+    stacks = analysis.stacks.set_index("arm")
+    assert stacks.loc["cce", "throughput_ratio"] < 1 < stacks.loc["cce", "steady_throughput_ratio"]
+    assert stacks.loc["liger", "steady_throughput_ratio"] == stacks.loc["liger", "throughput_ratio"]
+    tab = grid_report(analysis).sections["Stacks"]
+    assert "steady throughput ×" in tab and "the same at the steady state" in tab
+    # runs without a steady state: no such column
+    assert "steady throughput ×" not in grid_report(_grid(list(shapes), shapes)).sections["Stacks"]

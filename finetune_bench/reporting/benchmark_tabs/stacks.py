@@ -67,10 +67,11 @@ def stacks_tab(a: GridAnalysis) -> str | None:
     missing = pd.Series(float("nan"), index=stacks.index)
     for name, label in (
         ("throughput", "throughput"),
+        ("steady_throughput", "steady throughput"),
         ("peak_reserved", "peak reserved"),
         ("energy_per_token", "energy per token"),
     ):
-        if f"{name}_ratio" in stacks:
+        if f"{name}_ratio" in stacks and stacks[f"{name}_ratio"].notna().any():  # a ratio no pair measured: no column
             bounds = (stacks.get(f"{name}_ci_low", missing), stacks.get(f"{name}_ci_high", missing))
             shown[f"{label} ×"] = [ratio_text(*values) for values in zip(stacks[f"{name}_ratio"], *bounds, strict=True)]
     shown["loss matched"] = stacks["loss_match"]
@@ -78,9 +79,12 @@ def stacks_tab(a: GridAnalysis) -> str | None:
     parts = [
         "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
         f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (over {pairs_text(stacks['pairs'])}; "
-        f"computed from {MIN_PAIRS_FOR_CI} pairs on), the ratios of peak reserved memory and energy per token, and "
-        "how many of its runs' losses matched the baseline's. A stack off the Pareto front is beaten on both speed "
-        "and memory by another one here, or by the baseline: it is never the one to train with on this model, batch "
+        f"computed from {MIN_PAIRS_FOR_CI} pairs on), the same at the steady state where the runs measured one (every "
+        "timed step's tokens at the time of the steps that met no new batch shape, so that no one slow step moves it: "
+        "one that met a new shape or compiled kernels; where the two differ, the all-steps ratio holds what such "
+        "steps cost the run), the ratios of peak reserved memory and energy per token, and how many of its runs' "
+        "losses matched the baseline's. A stack off the Pareto front is beaten on both speed and memory by another "
+        "one here, or by the baseline: it is never the one to train with on this model, batch "
         f"and sequence length. Memories within {MEMORY_TIE:.0%} of the baseline's count as the same: a stack that "
         "saves less than that over a faster one is off the front.</p>",
         table_html(shown),
