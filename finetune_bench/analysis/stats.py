@@ -40,10 +40,10 @@ _SEED = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "r
 
 def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05) -> pd.DataFrame:
     """One row per arm (but the baseline) and point of the other swept axes: the `hardware` its paired runs trained
-    on (where the table has it), `pairs`, and per metric of `METRICS`
-    that the table has (throughput, peak_reserved, energy_per_token) the median ratio, `_ci_low` / `_ci_high`,
-    `_p_value`, `_significant` and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what
-    cannot be said."""
+    on (where the table has it), `pairs`, and per metric of `METRICS` that the table has (throughput,
+    steady_throughput, peak_reserved, energy_per_token) the median ratio, `_ci_low` / `_ci_high`, `_p_value`,
+    `_significant` and, when the inputs ask for an A/A comparison, `_noise_floor`; `note` says what cannot be said.
+    An arm with no pair has every metric's columns, empty."""
     if "arm" not in swept:
         return pd.DataFrame()
     others = [axis for axis in swept if axis != "arm"]
@@ -64,11 +64,15 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
         for metric, name in compared.items():
             row.update(_compare(group[f"{metric}_arm"], group[f"{metric}_baseline"], name, alpha))
         rows.append(row)
-    # Arms with no pair at all still get a row, saying so.
+    # Arms with no pair at all still get a row, saying so, with every metric's columns (empty).
+    unpaired = pd.Series(dtype=float)
     for key, group in ok.loc[~is_baseline].groupby(["arm", *others], dropna=False, sort=False):
         if not any(all(r[k] == v for k, v in zip(["arm", *others], key, strict=True)) for r in rows):
             labels = {"hardware": _labels(group["hardware"])} if hardware else {}
-            rows.append({**dict(zip(["arm", *others], key, strict=True)), **labels, "pairs": 0})
+            row = {**dict(zip(["arm", *others], key, strict=True)), **labels, "pairs": 0}
+            for name in compared.values():
+                row.update(_compare(unpaired, unpaired, name, alpha))
+            rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
         return out

@@ -149,3 +149,25 @@ def test_the_leaderboard_shows_the_steady_state_ratio_beside_the_all_steps_one_t
     assert "steady throughput ×" in tab and "the same at the steady state" in tab
     # runs without a steady state: no such column
     assert "steady throughput ×" not in grid_report(_grid(list(shapes), shapes)).sections["Stacks"]
+
+
+def test_a_grid_whose_baseline_has_no_ok_run_compares_no_stack_and_says_so():
+    experiment = ExperimentArgs(arm=["baseline", "liger", "cce"], per_device_train_batch_size=[8])
+    planned = plan_runs(experiment, TrainingArgs(backend="plain_loop"), n_runs=2)
+    results = [
+        RunResult(
+            run.condition_id,
+            run.run_number,
+            run.swept_axes,
+            run.training_args,
+            "oom" if run.training_args.arm == "baseline" else "ok",
+            metrics={} if run.training_args.arm == "baseline" else {"tokens_per_second": 100.0},
+        )
+        for run in planned
+    ]
+    analysis = analyze_grid(planned, results, {})
+    assert sorted(analysis.stacks["arm"]) == ["cce", "liger"] and analysis.stacks["throughput_ratio"].isna().all()
+    assert analysis.stack_budgets.empty
+    tab = grid_report(analysis).sections["Stacks"]
+    assert tab.count("not compared: no ok run paired with the baseline's") == 2
+    assert "throughput ×" not in tab  # no pair measured a ratio: no ratio column

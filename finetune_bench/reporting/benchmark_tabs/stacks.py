@@ -80,13 +80,13 @@ def stacks_tab(a: GridAnalysis) -> str | None:
         "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
         f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (over {pairs_text(stacks['pairs'])}; "
         f"computed from {MIN_PAIRS_FOR_CI} pairs on), the same at the steady state where the runs measured one (every "
-        "timed step's tokens at the time of the steps that met no new batch shape, so that no one slow step moves it: "
-        "one that met a new shape or compiled kernels; where the two differ, the all-steps ratio holds what such "
-        "steps cost the run), the ratios of peak reserved memory and energy per token, and how many of its runs' "
-        "losses matched the baseline's. A stack off the Pareto front is beaten on both speed and memory by another "
-        "one here, or by the baseline: it is never the one to train with on this model, batch "
-        f"and sequence length. Memories within {MEMORY_TIE:.0%} of the baseline's count as the same: a stack that "
-        "saves less than that over a faster one is off the front.</p>",
+        "timed step's tokens at the time that the steps which met no new batch shape take, fitted robustly, so that "
+        "no single slow step moves it; where the two differ, the all-steps ratio holds what a run's slow steps cost "
+        "it: new batch shapes, kernels compiled in timed steps), the ratios of peak reserved memory and energy per "
+        "token, and how many of its runs' losses matched the baseline's. A stack off the Pareto front is beaten on "
+        "both speed and memory by another one here, or by the baseline: it is never the one to train with on this "
+        f"model, batch and sequence length. Memories within {MEMORY_TIE:.0%} of the baseline's count as the same: a "
+        "stack that saves less than that over a faster one is off the front.</p>",
         table_html(shown),
     ]
     if "peak_reserved_ratio" in stacks and stacks["peak_reserved_ratio"].notna().any():
