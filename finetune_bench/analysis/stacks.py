@@ -165,7 +165,8 @@ def component_contributions(stacks: pd.DataFrame, swept: list[str]) -> pd.DataFr
     """What each component of a combined stack adds, from the ablations the grid has: for a stack `a+b` and the
     arm `a` beside it (or the baseline, for a one-component stack left out), `b` contributes the stack's ratio to the
     baseline divided by `a`'s, in throughput and in peak reserved memory. Columns: the other axes, `stack`,
-    `component`, `without` (the arm it is compared with), `throughput_factor`, `peak_reserved_factor`. Only
+    `component`, `without` (the arm it is compared with), `throughput_factor`, `steady_throughput_factor` (from the
+    steady-state ratios: NaN where the runs measured none), `peak_reserved_factor`. Only
     stacks of two or more components, and only where the arm without the component was measured."""
     if stacks.empty:
         return pd.DataFrame()
@@ -187,6 +188,7 @@ def component_contributions(stacks: pd.DataFrame, swept: list[str]) -> pd.DataFr
                         "component": component,
                         "without": without.arm,
                         "throughput_factor": row.throughput_ratio / without.throughput_ratio,
+                        "steady_throughput_factor": _ratio(row, without, "steady_throughput_ratio"),
                         "peak_reserved_factor": _ratio(row, without, "peak_reserved_ratio"),
                     }
                 )

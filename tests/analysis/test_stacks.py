@@ -151,6 +151,16 @@ def test_the_leaderboard_shows_the_steady_state_ratio_beside_the_all_steps_one_t
     assert "steady throughput ×" not in grid_report(_grid(list(shapes), shapes)).sections["Stacks"]
 
 
+def test_a_component_s_share_is_also_read_from_the_steady_state():
+    # cce's runs paid for slow steps: over all steps liger-without-loss seems to add far more than it does steadily
+    shapes = {"baseline": (100.0, 60.0), "cce": (103.0, 36.0), "liger-without-loss+cce": (127.0, 29.0)}
+    analysis = _grid(list(shapes), shapes, steady={("cce", run): 60.0 for run in range(3)})
+    part = analysis.stack_components.set_index("component").loc["liger-without-loss"]
+    assert part["throughput_factor"] > 2 and 1.2 < part["steady_throughput_factor"] < 1.3
+    assert "steady throughput ×" in grid_report(analysis).sections["Stacks"].split("What each component adds")[1]
+    assert "steady_throughput_factor" in _grid(list(shapes), shapes).stack_components  # the column, empty
+
+
 def test_a_grid_whose_baseline_has_no_ok_run_compares_no_stack_and_says_so():
     experiment = ExperimentArgs(arm=["baseline", "liger", "cce"], per_device_train_batch_size=[8])
     planned = plan_runs(experiment, TrainingArgs(backend="plain_loop"), n_runs=2)

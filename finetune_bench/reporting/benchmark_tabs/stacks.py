@@ -108,12 +108,13 @@ def stacks_tab(a: GridAnalysis) -> str | None:
             table_html(budgets),
         ]
     if not a.stack_components.empty:
-        components = a.stack_components[
-            [*others, "stack", "component", "without", "throughput_factor", "peak_reserved_factor"]
-        ].rename(
+        factors = ["throughput_factor", "steady_throughput_factor", "peak_reserved_factor"]
+        factors = [f for f in factors if f in a.stack_components and a.stack_components[f].notna().any()]
+        components = a.stack_components[[*others, "stack", "component", "without", *factors]].rename(
             columns={
                 "without": "compared with",
                 "throughput_factor": "throughput ×",
+                "steady_throughput_factor": "steady throughput ×",
                 "peak_reserved_factor": "peak reserved ×",
             }  # fmt: skip
         )
@@ -121,7 +122,9 @@ def stacks_tab(a: GridAnalysis) -> str | None:
             "<h3>What each component adds</h3>"
             "<p>For a stack of several components and an arm of the grid that lacks one of them, that component's "
             "share: the stack's ratio to the baseline divided by the other arm's (above 1 in throughput: it makes the "
-            "stack faster; below 1 in peak reserved memory: leaner). Only the ablations the grid measured.</p>",
+            "stack faster; below 1 in peak reserved memory: leaner), in throughput also from the steady-state ratios "
+            "where the runs measured them (an arm whose runs paid for slow steps moves the all-steps factor). Only the "
+            "ablations the grid measured.</p>",
             table_html(components),
         ]
     return "\n".join(parts)
