@@ -10,7 +10,7 @@ from finetune_bench.results.record import OK
 # The paired comparison's columns the leaderboard shows, each with its interval where it has one (the steady state's
 # beside the throughput over all timed steps, which ranks: a stack whose run compiled kernels or met new batch shapes
 # in timed steps reads lower over all steps than at its steady state).
-_RATIOS = ("throughput", "steady_throughput", "peak_reserved", "energy_per_token")
+RATIOS = ("throughput", "steady_throughput", "peak_reserved", "energy_per_token")
 # Peak reserved memories closer than this share of the baseline's count as the same on the front: a stack that
 # saves less than that over a faster one is not worth its speed (a memory budget is not that exact).
 MEMORY_TIE = 0.01
@@ -36,7 +36,7 @@ def stacks_table(paired: pd.DataFrame, table: pd.DataFrame, swept: list[str]) ->
         return pd.DataFrame()
     others = [axis for axis in swept if axis != "arm"]
     keep = ["arm", *others, "pairs"]
-    for name in _RATIOS:
+    for name in RATIOS:
         keep += [c for c in (f"{name}_ratio", f"{name}_ci_low", f"{name}_ci_high") if c in paired]
     stacks = paired[paired["arm"].isin(arms)][keep].copy()
     stacks["loss_match"] = [

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
-from finetune_bench.analysis.stacks import MEMORY_TIE  # noqa: E402
+from finetune_bench.analysis.stacks import MEMORY_TIE, RATIOS  # noqa: E402
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.cells import pairs_text, ratio_text  # noqa: E402
@@ -65,15 +65,11 @@ def stacks_tab(a: GridAnalysis) -> str | None:
     stacks, others = a.stacks, [axis for axis in a.swept if axis != "arm"]
     shown = stacks[["rank", "arm", *others, "pairs"]].copy()
     missing = pd.Series(float("nan"), index=stacks.index)
-    for name, label in (
-        ("throughput", "throughput"),
-        ("steady_throughput", "steady throughput"),
-        ("peak_reserved", "peak reserved"),
-        ("energy_per_token", "energy per token"),
-    ):
+    for name in RATIOS:
         if f"{name}_ratio" in stacks and stacks[f"{name}_ratio"].notna().any():  # a ratio no pair measured: no column
             bounds = (stacks.get(f"{name}_ci_low", missing), stacks.get(f"{name}_ci_high", missing))
-            shown[f"{label} ×"] = [ratio_text(*values) for values in zip(stacks[f"{name}_ratio"], *bounds, strict=True)]
+            ratios = zip(stacks[f"{name}_ratio"], *bounds, strict=True)
+            shown[f"{name.replace('_', ' ')} ×"] = [ratio_text(*values) for values in ratios]
     shown["loss matched"] = stacks["loss_match"]
     shown["Pareto front"] = [front_text(row) for row in stacks.itertuples(index=False)]
     parts = [
