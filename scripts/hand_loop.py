@@ -8,6 +8,10 @@ at each step's end. Prints one JSON line.
     python scripts/hand_loop.py --arch llama-3.2-1b --batch 8 --seq 2048 --steps 30 --warmup 5 [--arm ARM]
         [--num-hidden-layers N] [--fused] [--profile-dir DIR [--profile-steps N]] [--synthetic-text]
         [--token-ids-below N] [--masked-prompt-tokens N] [--gradient-checkpointing] [--device cpu]
+        [--memory-cap-gib GIB]
+
+`--memory-cap-gib`: each GPU as one of that many GiB (as the inputs' `gpu_memory_cap_gib`); a rank that runs out of
+memory prints a line with `"status": "oom"`, where it ran out, and exits (torchrun then ends the other ranks).
 
 `--device cpu` checks that the loop runs (gloo between ranks, no memory figures; tests/running/test_hand_loop.py):
 its step times are no figure.
@@ -116,6 +120,12 @@ def main() -> None:
     parser.add_argument(
         "--gradient-as-bucket-view", action="store_true", help="DDP keeps each gradient inside its bucket (no copy)"
     )
+    parser.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        default=0.0,
+        help="run as if each GPU had this many GiB (the inputs' gpu_memory_cap_gib; 0: the whole GPU)",
+    )
     opts = parser.parse_args()
     arm = parse_arm(
         opts.arm or "+".join(name for name, on in (("liger", opts.liger), ("cce", opts.cce)) if on) or "baseline"
@@ -142,6 +152,10 @@ def main() -> None:
             device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    if cuda and opts.memory_cap_gib:
+        from finetune_bench.running.allocator import cap_memory
+
+        cap_memory(device, opts.memory_cap_gib)
     torch.manual_seed(0)  # the same initial weights on every rank
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -219,13 +233,22 @@ def main() -> None:
             precompute_float8_dynamic_scale_for_fsdp(model)
 
     last = time.perf_counter()
-    for _ in range(opts.steps):
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
+    try:
+        for _ in range(opts.steps):
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+    except torch.OutOfMemoryError as exc:  # this rank's line says where it ran out; its exit ends the other ranks
+        reserved = torch.cuda.max_memory_reserved() / 1024**3 if cuda else None
+        line = {"status": "oom", "rank": rank, "step": len(times) + 1, "arm": arm.name, "batch": opts.batch}
+        line.update(seq=opts.seq, memory_cap_gib=opts.memory_cap_gib, peak_reserved_gib=reserved)
+        print(json.dumps({**line, "error": str(exc).strip().splitlines()[0]}), flush=True)
+        import os
+
+        os._exit(1)
     measured = times[opts.warmup :]
     peak_allocated = torch.cuda.max_memory_allocated() if cuda else None
     peak_reserved = torch.cuda.max_memory_reserved() if cuda else None
@@ -246,8 +269,10 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "status": "ok",
                 "arch": opts.arch,
                 "arm": arm.name,
+                "memory_cap_gib": opts.memory_cap_gib,
                 "num_hidden_layers": config.num_hidden_layers,
                 "fused_adamw": opts.fused,
                 "masked_prompt_tokens": opts.masked_prompt_tokens,

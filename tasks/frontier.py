@@ -19,7 +19,7 @@ from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.predicted import frontier_plan_report, plan_lines, predicted_frontiers
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
-from finetune_bench.frontier.search import FrontierResult, search_frontier
+from finetune_bench.frontier.search import FrontierResult, Guide, search_frontier
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
     FrontierArm,
@@ -116,17 +116,29 @@ def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
 def search_memory_frontier(
     search: FrontierSearch, dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> FrontierResult:
-    """One arm's search along one dimension; every probe trains in a fresh child process on this task's GPU."""
-    # Unique per search: locally, every item of a map task shares one working directory.
-    work_dir = Path(tempfile.mkdtemp(prefix="frontier-", dir=current_context().working_directory))
+    """One arm's search along one dimension; every probe trains in a fresh child process on this task's GPU (a
+    search on several GPUs: `tasks.frontier_ranks`)."""
+    work_dir = search_work_dir()
     model_path = Path(model_dir.download())
     probe = child_probe(Path(dataset_dir.download()), model_path, work_dir, search.timeout_s)
+    result = search_frontier(search, probe, search_guide(search, model_path))
+    logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
+    return result
+
+
+def search_work_dir() -> Path:
+    """A directory of one search's probes (unique per search: locally, every item of a map task shares one working
+    directory)."""
+    return Path(tempfile.mkdtemp(prefix="frontier-", dir=current_context().working_directory))
+
+
+def search_guide(search: FrontierSearch, model_path: Path) -> Guide | None:
+    """The memory model's guide of `search` on this machine's GPU (its `gpu_memory_cap_gib` where set), or None (the
+    log says why: the search then doubles)."""
     guide, unguided = memory_guide(search, gpu_memory_bytes(), model_path)
     if guide is None:
         logger.info("%s: doubling search (not guided: %s)", search.dimension, unguided)
-    result = search_frontier(search, probe, guide)
-    logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
-    return result
+    return guide
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)

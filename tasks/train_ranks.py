@@ -51,11 +51,24 @@ class RanksElasticTask(PytorchElasticFunctionTask):
         if self.task_config.nproc_per_node > 1:
             # one thread per rank unless set, as torchrun and the plugin do: set before the server imports under it
             os.environ.setdefault("OMP_NUM_THREADS", "1")
+        run, timeout_s = launched_run(kwargs)
         # the ranks wait for each other (the nodes' rendezvous) no longer than the run may take, 15 minutes at most
-        join_s = min(RENDEZVOUS_JOIN_TIMEOUT_S, int(kwargs["condition_timeout_s"]))
+        join_s = min(RENDEZVOUS_JOIN_TIMEOUT_S, int(timeout_s))
         self.task_config.rdzv_configs = {**self.task_config.rdzv_configs, "join_timeout": join_s}
-        with _signals_end_the_process(), node_fork_server(kwargs["planned_run"]):
+        with _signals_end_the_process(), node_fork_server(run):
             return super().execute(**kwargs)
+
+
+def launched_run(inputs: dict[str, Any]) -> tuple[PlannedRun, float]:
+    """What a launch's ranks train, for the fork server offered to them, and how long one run may take: a train task's
+    run and its condition timeout, or a memory-frontier search's probes (`search`: its first probe's settings, which
+    its other probes share but for the searched size) and a probe's timeout."""
+    if "planned_run" in inputs:
+        return inputs["planned_run"], inputs["condition_timeout_s"]
+    from finetune_bench.frontier.probes import probe_run
+
+    search = inputs["search"]
+    return probe_run(search.training_args, 0), search.timeout_s
 
 
 # PyTorch Elastic's default wait for every node of a launch (the plugin's `rdzv_configs`), an upper bound

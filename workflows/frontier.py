@@ -22,7 +22,7 @@ from finetune_bench.inputs.plan import RunSettings
 from finetune_bench.inputs.reading import check_n_runs
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
-from images import analysis_image
+from images import training_image
 from tasks.analysis import require_nothing_lost
 from tasks.data import download_sources
 from tasks.dynamic import dynamic_node
@@ -34,7 +34,6 @@ from tasks.frontier import (
     plan_frontier_throughput,
     report_frontier,
     report_frontier_plan,
-    search_memory_frontier,
 )
 from tasks.inputs_yaml import read_inputs_whole, require_unique_keys
 from tasks.registration import REGISTRATION_ENV
@@ -47,13 +46,22 @@ require_unique_keys()
 quiet_console()
 
 
-@dynamic_node(container_image=analysis_image, environment=REGISTRATION_ENV)
+# The training image: the search tasks on several GPUs are Elastic tasks, which cannot be defined without torch.
+@dynamic_node(container_image=training_image, environment=REGISTRATION_ENV)
 def run_searches(
     searches: list[FrontierSearch], execution: RunSettings, dataset_dir: FlyteDirectory, model_dir: FlyteDirectory
 ) -> list[FrontierResult | None]:
     """One task per (arm, dimension): its probes decide one after another, the searches run side by side (at most
-    `execution.concurrency` at once)."""
-    search = partial(search_memory_frontier, dataset_dir=dataset_dir, model_dir=model_dir)
+    `execution.concurrency` at once). Every search trains on the layout its settings name (`num_nodes` × `num_gpus`,
+    the same for all: arms differ in their arm alone): one GPU's search task, or the Elastic task of that layout,
+    whose every probe trains on all its ranks (`tasks.frontier_ranks`)."""
+    from tasks.frontier_ranks import search_task
+
+    layouts = {(s.training_args.num_nodes, s.training_args.num_gpus) for s in searches}
+    if len(layouts) != 1:
+        raise ValueError(f"the searches of one frontier train on one layout (nodes, GPUs), not {sorted(layouts)}")
+    ((num_nodes, num_gpus),) = layouts
+    search = partial(search_task(num_nodes, num_gpus), dataset_dir=dataset_dir, model_dir=model_dir)
     mapped = map_task(search, concurrency=execution.concurrency, min_success_ratio=execution.min_success_ratio)
     return mapped(search=searches)
 

@@ -144,6 +144,8 @@ def analyze_table(
     comparison = arms_vs_baseline(summary, swept)
     fitting = largest_fitting_batch(table, swept)
     capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
+    if environment.get("gpu_memory_cap_gib"):  # the GPU the runs emulated (`gpu_memory_cap_gib`)
+        capacity = float(environment["gpu_memory_cap_gib"])
     held_out = held_out_parity(table, swept)
     paired = paired_comparison(table, swept, alpha)
     stacks = stacks_table(paired, table, swept)

@@ -10,6 +10,7 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import axis_names
 from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE, GIB, METRICS
 from finetune_bench.measuring.profiling import ATTENTION_KERNEL_DETAIL, PROFILE_FILE
+from finetune_bench.prediction.gpus import capped_gpu
 from finetune_bench.prediction.memory import MOMENT_PHASES
 from finetune_bench.results.record import LOST, OK, RunResult
 
@@ -38,18 +39,20 @@ SUMMARY_COLUMNS = (
 CPU = "cpu"
 
 
-def hardware_label(device: str, gpu_name: str) -> str:
-    """What a run trained on, for the results table: "cpu", "gpu: <its name>", "gpu", or "" when it did not say."""
+def hardware_label(device: str, gpu_name: str, memory_cap_gib: str = "") -> str:
+    """What a run trained on, for the results table: "cpu", "gpu: <its name>" ("gpu: <its name> capped to <cap> GiB"
+    where `gpu_memory_cap_gib` emulated a smaller GPU), "gpu", or "" when it did not say."""
     if str(device).startswith("cpu"):
         return CPU
     if gpu_name:
-        return f"gpu: {gpu_name}"
-    return "gpu" if device else ""
+        return f"gpu: {capped_gpu(gpu_name, memory_cap_gib)}"
+    return capped_gpu("gpu", memory_cap_gib) if device else ""
 
 
 def run_hardware(result: RunResult) -> str:
     """What a run trained on (`hardware_label`), from its record."""
-    return hardware_label(result.details.get("device", ""), result.environment.get("gpu_name", ""))
+    env = result.environment
+    return hardware_label(result.details.get("device", ""), env.get("gpu_name", ""), env.get("gpu_memory_cap_gib", ""))
 
 
 def results_table(planned: list[PlannedRun], results: list[RunResult | None]) -> pd.DataFrame:
@@ -66,6 +69,8 @@ def results_table(planned: list[PlannedRun], results: list[RunResult | None]) ->
         # what it trained: the model and the data (the report's "What was measured" names them)
         row.update(model_name=run.training_args.model_name, dataset_name=run.training_args.dataset_name)
         row.update(world_size=run.training_args.world_size, global_batch_size=run.training_args.global_batch_size)
+        # a GPU of another size, emulated (0: the whole GPU)
+        row["gpu_memory_cap_gib"] = run.training_args.gpu_memory_cap_gib
         if result is None:
             row.update(status=LOST, reason="the training task failed; no result came back")
             rows.append(row)

@@ -6,30 +6,39 @@ from pathlib import Path
 
 from finetune_bench.frontier.search import Guide
 from finetune_bench.frontier.settings import FrontierSearch
-from finetune_bench.prediction.gpus import usable_bytes
+from finetune_bench.prediction.gpus import emulated_memory_bytes, usable_bytes
 from finetune_bench.prediction.grid import sequences_full, shape_of
-from finetune_bench.prediction.memory import predict_memory
+from finetune_bench.prediction.memory import MemoryPrediction, predict_memory
 from finetune_bench.prediction.shapes import NoPrediction
 
 
 def memory_guide(
     search: FrontierSearch, gpu_memory_bytes: float | None, model_dir: Path | None = None
 ) -> tuple[Guide | None, str]:
-    """The guide of `search` on a GPU of `gpu_memory_bytes` (None: no guide), or None and why not."""
+    """The guide of `search` on a GPU of `gpu_memory_bytes` (None: no guide), or None and why not. A search whose
+    probes emulate a smaller GPU (`gpu_memory_cap_gib`) aims at that GPU's memory."""
     if not search.guided:
         return None, "probes.guided is false"
     if not gpu_memory_bytes:
         return None, "no GPU memory to aim at (no NVIDIA GPU visible)"
+    gpu_memory_bytes = emulated_memory_bytes(search.training_args, gpu_memory_bytes)
     shape, why = shape_of(search.training_args, str(model_dir) if model_dir else None)
     if shape is None:
         return None, why
 
-    def predict(value: int) -> float:
+    def prediction(value: int) -> MemoryPrediction:
         args = dataclasses.replace(search.training_args, **{search.dimension: value})
-        return predict_memory(args, shape, sequences_full(args)).peak_reserved_bytes
+        return predict_memory(args, shape, sequences_full(args))
+
+    def predict(value: int) -> float:
+        return prediction(value).peak_reserved_bytes
+
+    def predict_allocated(value: int) -> float:
+        return prediction(value).peak_allocated_bytes
 
     try:
         predict(search.start)
     except NoPrediction as reason:
         return None, str(reason)
-    return Guide(predict=predict, limit_bytes=usable_bytes(gpu_memory_bytes)), ""
+    limit = usable_bytes(gpu_memory_bytes)
+    return Guide(predict=predict, limit_bytes=limit, predict_allocated=predict_allocated), ""

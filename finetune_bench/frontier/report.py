@@ -79,9 +79,17 @@ def _gib(value: float | str | None) -> float | None:
     return float(value) / GIB if value not in (None, "") else None
 
 
+def gpu_memory_gib(environment: dict[str, str]) -> float | None:
+    """The memory of the GPU the probes ran on, in GiB: the one they emulated where `gpu_memory_cap_gib` capped it."""
+    if environment.get("gpu_memory_cap_gib"):
+        return float(environment["gpu_memory_cap_gib"])
+    return _gib(environment.get("gpu_memory_bytes"))
+
+
 def search_hardware(result: FrontierResult) -> str:
     """What a search's probes trained on (`analysis.tables.hardware_label`), from its environment record."""
-    return hardware_label(result.environment.get("device_type", ""), result.environment.get("gpu_name", ""))
+    env = result.environment
+    return hardware_label(env.get("device_type", ""), env.get("gpu_name", ""), env.get("gpu_memory_cap_gib", ""))
 
 
 def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult | None]) -> pd.DataFrame:
@@ -109,7 +117,7 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         at_frontier = frontier_probe(result)
         if at_frontier is not None:
             row.update({column: _gib(getattr(at_frontier, key)) for key, column in _MEMORY_COLUMNS.items()})
-        row["gpu_memory_gib"] = _gib(result.environment.get("gpu_memory_bytes"))
+        row["gpu_memory_gib"] = gpu_memory_gib(result.environment)
         row["reason"] = result.reason
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -350,7 +358,7 @@ def build_frontier_report(
     environment = dict(next((r.environment for r in results if r is not None and r.environment), {}))
     if inputs_file:
         environment["inputs_file"] = inputs_file
-    gpu_memory_gib = _gib(environment.get("gpu_memory_bytes"))
+    gpu_memory = gpu_memory_gib(environment)
     cpu = environment.get("device_type") == "cpu"
     fake = fake_memory_capacity(probes)
     simulated = fake is not None
@@ -360,7 +368,7 @@ def build_frontier_report(
     tables = [probes, throughput.table if throughput is not None else pd.DataFrame()]
     times = [table["measured_at"] for table in tables if "measured_at" in table and not table.empty]
     runs = pd.DataFrame({"measured_at": pd.concat(times, ignore_index=True) if times else pd.Series(dtype=str)})
-    header = what_was_measured(searches, environment, gpu_memory_gib, fake, runs)
+    header = what_was_measured(searches, environment, gpu_memory, fake, runs)
     summary = [measured_html(header)]
     if cpu:
         summary.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
@@ -399,8 +407,8 @@ def build_frontier_report(
         + "</p>"
     )
     env_items = {k: v for k, v in environment.items() if k in ENVIRONMENT_KEYS}
-    if gpu_memory_gib:
-        env_items["gpu_memory_gib"] = f"{gpu_memory_gib:.1f}"
+    if gpu_memory:
+        env_items["gpu_memory_gib"] = f"{gpu_memory:.1f}"
     if env_items:
         summary.append(compact_table_html(pd.DataFrame([env_items]), KEY_ENVIRONMENT, "the environment"))
     sections["Frontier"] = "\n".join(summary)
@@ -409,7 +417,7 @@ def build_frontier_report(
         sections["Probes"] = "<p>No probe ran.</p>"
     else:
         parts = [
-            figure_html(probes_figure(probes, gpu_memory_gib, cpu, simulated), "probes: size against peak memory"),
+            figure_html(probes_figure(probes, gpu_memory, cpu, simulated), "probes: size against peak memory"),
             "<p>One point per probe (retries and re-probes included). A probe that ran out of memory"
             + (f" ({SIMULATED})" if simulated else "")
             + ", failed or measured no peak is drawn on the GPU's capacity line, whatever it measured before it "

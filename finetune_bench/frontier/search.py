@@ -41,6 +41,10 @@ PREDICTED, INTERPOLATION = "predicted", "interpolation"
 # How far a guide's prediction may be off (the memory model's ±10 %): the first guided probe stays this far
 # below the predicted frontier, so that it most likely fits and measures the memory the next ones aim with.
 GUIDE_MARGIN = 0.10
+# A fit whose peak reserve came this close to what torch may reserve filled it: near its limit the caching allocator
+# frees its cached blocks and retries before an allocation fails, so such a reserve says how much the allocator held,
+# not how much the size needs (FSDP2 runs reserve up to 88 % above their allocated peak uncapped, docs/prediction.md).
+SATURATED = 0.97
 
 
 @dataclass
@@ -58,6 +62,12 @@ class ProbeOutcome:
     environment: dict[str, str] = field(default_factory=dict)
     # When the probe ran (UTC, as a benchmark run's `measured_at`; "" where it did not say).
     measured_at: str = ""
+    # A probe on several GPUs that failed: the rank whose failure ended it (None: every rank ended ok, or one GPU),
+    # the memory phase it ran out in (forward, loss, backward, optimizer, set-up), and that rank's peak reserved
+    # memory when it stopped.
+    failed_rank: int | None = None
+    failed_phase: str = ""
+    failed_rank_peak_reserved_bytes: float | None = None
 
 
 # The ProbeOutcome fields a Probe record keeps.
@@ -71,6 +81,9 @@ _MEASURED = (
     "process_peak_rss_bytes",
     "error_tail",
     "measured_at",
+    "failed_rank",
+    "failed_phase",
+    "failed_rank_peak_reserved_bytes",
 )
 
 
@@ -90,6 +103,9 @@ class Probe:
     process_peak_rss_bytes: float | None = None
     error_tail: str = ""
     measured_at: str = ""
+    failed_rank: int | None = None
+    failed_phase: str = ""
+    failed_rank_peak_reserved_bytes: float | None = None
 
 
 @dataclass
@@ -105,7 +121,8 @@ class FrontierResult:
     first_oom: int | None
     probes: list[Probe]
     probes_used: int
-    # Device time the probes cost (a GPU's, or a CPU's where they ran on one): the sum of their wall times.
+    # Device time the probes cost (GPU seconds, or a CPU's where they ran on one): the sum of their wall times, times
+    # the GPUs each probe held (every rank of a probe on several GPUs).
     device_seconds: float
     # Where the probes ran (`gpu_memory_bytes` is the GPU's capacity), from the first probe that said.
     environment: dict[str, str] = field(default_factory=dict)
@@ -132,6 +149,9 @@ class Guide:
 
     predict: Callable[[int], float]
     limit_bytes: float
+    # The predicted peak allocated memory at a size (None: not known). Where a fit's reserve filled what torch may
+    # reserve (`SATURATED`), the allocated peak against this says how far off the model is.
+    predict_allocated: Callable[[int], float] | None = None
 
 
 def largest_predicted_fit(search: FrontierSearch, guide: Guide, scale: float = 1.0) -> int:
@@ -163,8 +183,9 @@ def search_frontier(search: FrontierSearch, probe: ProbeFunction, guide: Guide |
 class _Search:
     def __init__(self, search: FrontierSearch, probe: ProbeFunction, guide: Guide | None = None):
         self.search, self.probe_function, self.guide = search, probe, guide
-        # The measured peak reserved memory of each size that fit.
+        # The measured peak reserved and allocated memory of each size that fit.
         self.reserved: dict[int, float] = {}
+        self.allocated: dict[int, float] = {}
         self.predicted_frontier: int | None = None
         self.probes: list[Probe] = []
         self.fits: set[int] = set()
@@ -185,6 +206,8 @@ class _Search:
                 self.fits.add(value)
                 if outcome.peak_reserved_bytes is not None:
                     self.reserved[value] = float(outcome.peak_reserved_bytes)
+                if outcome.peak_allocated_bytes is not None:
+                    self.allocated[value] = float(outcome.peak_allocated_bytes)
                 return OK
             if outcome.status == OOM:
                 self.ooms.add(value)
@@ -284,9 +307,17 @@ class _Search:
     def _interpolated(self, fit: int | None, oom: int | None) -> int:
         """Where the memory reaches the limit. Two measured fits: the line through them. One: the model scaled to
         match it (its errors are mostly a common factor). None, only an OOM: the model scaled by at least how far
-        it fell short there, and the error band more. Nothing measured (no GPU figures): bisection, or doubling."""
+        it fell short there, and the error band more. Nothing measured (no GPU figures): bisection, or doubling.
+        A fit whose reserve filled what torch may reserve (`SATURATED`) is measured by its allocated peak instead,
+        against the model's: the model scaled by that ratio."""
         guide, g = self.guide, self.search.granularity
         measured = sorted(v for v in self.reserved if v in self.fits)
+        saturated = [v for v in measured if self._saturated(v)]
+        if measured and measured[-1] in saturated:
+            largest = measured[-1]
+            return self._nearest_on_grid(
+                self._predicted_crossing(self.allocated[largest] / guide.predict_allocated(largest))
+            )
         if len(measured) >= 2 and self.reserved[measured[-1]] > self.reserved[measured[-2]]:
             a, b = measured[-2], measured[-1]
             slope = (self.reserved[b] - self.reserved[a]) / (b - a)
@@ -300,6 +331,15 @@ class _Search:
         if oom is None:
             return min(2 * fit, self.search.cap)
         return fit + (oom - fit) // (2 * g) * g
+
+    def _saturated(self, value: int) -> bool:
+        """Whether the fit at `value` reserved what torch may reserve, with an allocated peak and a model of it to go
+        by instead."""
+        return (
+            self.reserved[value] >= SATURATED * self.guide.limit_bytes
+            and value in self.allocated
+            and self.guide.predict_allocated is not None
+        )
 
     def _nothing_fits_reason(self) -> str:
         start = self._name(self.search.start)
@@ -330,7 +370,7 @@ class _Search:
             first_oom=min(self.ooms, default=None),
             probes=self.probes,
             probes_used=len(self.probes),
-            device_seconds=sum(p.wall_time_s for p in self.probes),
+            device_seconds=sum(p.wall_time_s for p in self.probes) * self.search.training_args.world_size,
             environment=self.environment,
             predicted_frontier=self.predicted_frontier,
         )

@@ -185,13 +185,6 @@ def plan_searches(
     with problems.check():
         _check_arms(arms)
     with problems.check():
-        if training_args.world_size > 1:
-            raise SpecError(
-                f"training_args.num_gpus {training_args.num_gpus} × num_nodes {training_args.num_nodes}: the memory "
-                "frontier searches one GPU's memory; set num_gpus 1 and num_nodes 1 (the benchmark workflow runs "
-                "batch sizes on several GPUs)"
-            )
-    with problems.check():
         check_fields(probes, probes.SECTION)
     with problems.check():
         _check_probe_steps(probes)

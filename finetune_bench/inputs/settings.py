@@ -244,6 +244,12 @@ class TrainingArgs(StrictFromJson):
     # no later tensor fits). Other options of a PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) already set where
     # the run starts are kept; its `expandable_segments` option is this setting's.
     allocator: str = choice("default", ALLOCATORS)
+    # A GPU of another size, emulated: each training process (each rank) runs as if its GPU had this many GiB, as
+    # `nvidia-smi` reports a card's memory (an 80 GB H100: 79.6; 40 GB A100: 40.0), through
+    # `torch.cuda.set_per_process_memory_fraction`: torch may reserve that less the CUDA context
+    # (`prediction.gpus.usable_bytes`), as on such a card, and a probe or run beyond it runs out of memory. What is
+    # outside torch's allocator (NCCL's buffers) is not capped. 0: the whole GPU. GPU runs only.
+    gpu_memory_cap_gib: float = non_negative(0.0, " (0: the whole GPU)")
     # LoRA through peft (hf_trainer only): rank 0 trains every weight (a full fine-tune); a positive rank
     # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as

@@ -180,6 +180,7 @@ def validate_condition(training_args: TrainingArgs, swept: dict[str, Any]) -> No
         lambda: _check_evaluation(t, where),
         lambda: _check_parallelism(t, where, swept),
         lambda: _check_attention_and_allocator(t, where),
+        lambda: _check_memory_cap(t, where),
         # an unswept value is checked with the rest of training_args
         lambda: (
             "model_config_overrides" in swept
@@ -436,6 +437,28 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
         raise SpecError(
             f"training_args.allocator {t.allocator!r} with device 'cpu'{where}: it configures PyTorch's CUDA caching "
             "allocator, which a CPU run does not use; use allocator 'default'"
+        )
+
+
+def _check_memory_cap(training_args: TrainingArgs, where: str) -> None:
+    """An emulated GPU size (`gpu_memory_cap_gib`) caps torch's CUDA allocator: nothing on a CPU, and a cap that
+    leaves torch nothing once the CUDA context is counted could only run out of memory. Whether it is above the GPU
+    is checked where the GPU is known (`prediction.grid.check_memory_cap`, and the run itself)."""
+    from finetune_bench.prediction.gpus import CUDA_CONTEXT_BYTES, GIB
+
+    t = training_args
+    if not t.gpu_memory_cap_gib:
+        return
+    if t.device == "cpu":
+        raise SpecError(
+            f"training_args.gpu_memory_cap_gib {t.gpu_memory_cap_gib:g} with device 'cpu'{where}: it caps PyTorch's "
+            "CUDA allocator, which a CPU run does not use; leave gpu_memory_cap_gib 0, or train on a GPU"
+        )
+    if t.gpu_memory_cap_gib * GIB <= CUDA_CONTEXT_BYTES:
+        raise SpecError(
+            f"training_args.gpu_memory_cap_gib {t.gpu_memory_cap_gib:g}{where}: a GPU of this size leaves torch "
+            f"nothing once the CUDA context ({CUDA_CONTEXT_BYTES / GIB:g} GiB) is counted; it is the card's whole "
+            "memory in GiB, as nvidia-smi reports it (an 80 GB H100: 79.6)"
         )
 
 

@@ -23,6 +23,8 @@ class MemoryPhasePeaks:
     _closed: bool = False
     # The peaks folded in since the step began (`take_step_peaks`), from the phases it went through and outside them.
     _step: tuple[int, int] = (0, 0)
+    # The innermost phase an exception left (`within`), else "": where a run that failed was.
+    _failed_in: str = ""
 
     def fold(self) -> None:
         """Fold the allocator's peaks since the last reset into the step's and into the phase under way's, and reset
@@ -64,8 +66,16 @@ class MemoryPhasePeaks:
         self.enter(name)
         try:
             yield
+        except BaseException:
+            self._failed_in = self._failed_in or name  # the innermost phase sees the exception first
+            raise
         finally:
             self.leave()
+
+    @property
+    def current(self) -> str:
+        """The phase under way, or the one an exception left (a failure's phase); "" when there is neither."""
+        return self._open[-1] if self._open else self._failed_in
 
     def close(self) -> None:
         self._closed = True

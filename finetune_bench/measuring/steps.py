@@ -158,6 +158,11 @@ class StepRecorder:
         """End the innermost memory phase (nothing when none is under way)."""
         self._memory.leave()
 
+    @property
+    def current_memory_phase(self) -> str:
+        """The memory phase under way, or the one a failure left ("" outside every phase: the model's set-up)."""
+        return self._memory.current
+
     def memory_phase(self, name: str) -> AbstractContextManager[None]:
         """The block's GPU memory peaks count in memory phase `name` (`MEMORY_PHASES`), however it ends."""
         return self._memory.within(name)

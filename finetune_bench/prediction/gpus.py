@@ -71,3 +71,20 @@ def accelerator_name(name: str, key: str = "accelerator") -> str:
 def usable_bytes(memory_bytes: float) -> float:
     """What torch can reserve on a GPU of `memory_bytes`."""
     return memory_bytes - CUDA_CONTEXT_BYTES
+
+
+def emulated_memory_bytes(args: "TrainingArgs", memory_bytes: float | None) -> float | None:  # noqa: F821
+    """A GPU's memory as a run of `args` sees it: its `gpu_memory_cap_gib` where one is set (a GPU of that size,
+    emulated), else `memory_bytes`."""
+    return args.gpu_memory_cap_gib * GIB if args.gpu_memory_cap_gib else memory_bytes
+
+
+def capped_gpu(gpu: str, cap_gib: float | str | None) -> str:
+    """How a report names a GPU that a run's `gpu_memory_cap_gib` made a smaller one: "NVIDIA H200 capped to 79.6
+    GiB"; `gpu` alone without a cap (0, "" or None)."""
+    return f"{gpu} capped to {float(cap_gib):g} GiB" if cap_gib and float(cap_gib) else gpu
+
+
+def describe_gpu(gpu: str, args: "TrainingArgs") -> str:  # noqa: F821
+    """`capped_gpu` of a run's settings."""
+    return capped_gpu(gpu, args.gpu_memory_cap_gib)

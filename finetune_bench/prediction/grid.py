@@ -16,7 +16,14 @@ from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.flops import attention_flops_per_token
-from finetune_bench.prediction.gpus import DEFAULT_ACCELERATOR, GIB, gpu_kind, usable_bytes
+from finetune_bench.prediction.gpus import (
+    DEFAULT_ACCELERATOR,
+    GIB,
+    describe_gpu,
+    emulated_memory_bytes,
+    gpu_kind,
+    usable_bytes,
+)
 from finetune_bench.prediction.memory import MemoryPrediction, predict_memory
 from finetune_bench.prediction.shapes import ModelShape, NoPrediction, model_config, model_shape
 
@@ -118,8 +125,9 @@ class ConditionPrediction:
         parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in m.breakdown.items() if v >= 0.05 * GIB)
         return (
             f"predicted out of memory: {m.peak_reserved_bytes / GIB:.1f} GiB reserved at the "
-            f"{m.phase.replace('_', ' ')} ({parts} GiB) against {usable_bytes(target.memory_bytes) / GIB:.1f} GiB "
-            f"usable on {target.name or 'the GPU'}; "
+            f"{m.phase.replace('_', ' ')} ({parts} GiB) against "
+            f"{usable_bytes(emulated_memory_bytes(self.training_args, target.memory_bytes)) / GIB:.1f} GiB "
+            f"usable on {describe_gpu(target.name or 'the GPU', self.training_args)}; "
             "not launched (skip_predicted_oom)"
         )
 
@@ -170,10 +178,11 @@ def predict_condition(
     if shape is not None and args.device != "cpu":
         flops = flops_per_token(args, shape)
     verdict, verdict_reason = UNKNOWN, unpredicted
-    if memory is not None and not target.memory_bytes:
+    memory_bytes = emulated_memory_bytes(args, target.memory_bytes)  # a capped run's GPU is the one it emulates
+    if memory is not None and not memory_bytes:
         verdict_reason = NO_TARGET_MEMORY
     elif memory is not None:
-        usable, peak = usable_bytes(target.memory_bytes), memory.peak_reserved_bytes
+        usable, peak = usable_bytes(memory_bytes), memory.peak_reserved_bytes
         verdict = FITS if peak * (1 + MARGIN) <= usable else OOM if peak * (1 - MARGIN) > usable else BORDERLINE
         if verdict == OOM and not sequences_full(args):
             # predicted at full length, an upper bound for real data: never a sure OOM

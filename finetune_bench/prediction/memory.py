@@ -60,17 +60,53 @@ wrapped and kept for the whole run, into which the backward pass's gradients are
 `ddp_gradient_as_bucket_view` the gradients are views into the buckets (no second copy): the buckets are present at
 the backward pass's start, and the optimizer step holds the gradients once (under gradient accumulation the
 micro-batches before the last accumulate into separate gradients, counted beside the buckets). With DDP's default
-the gradients are separate tensors, and the buckets are counted at both moments. FSDP2's sharded weights,
-gradients and optimizer states, with the layers it gathers and its reduce-scatter buffers, and the Trainers' DDP
-(accelerate's), are not modelled (NoPrediction).
+the gradients are separate tensors, and the buckets are counted at both moments. The Trainers' DDP (accelerate's) is
+not modelled (NoPrediction).
+
+With FSDP2 (the plain loop's: `fully_shard` on each decoder layer, then on the module of the model and its loss,
+parameters in the model's dtype; what follows is read from torch's `distributed/fsdp/_fully_shard`), each GPU keeps
+1/world_size of the weights, of the optimizer states and of the gradients (a layer's reduce-scatter writes its shard
+of them into one buffer, which the sharded gradients are views of, kept until the optimizer's zero_grad), and gathers
+the rest when it needs it:
+
+- the root module's own parameters (the embedding, the final norm, the LM head): gathered whole when the forward pass
+  starts and, since the root is not resharded after its forward, kept gathered until its post-backward at the end
+  of the backward pass. Its gradients stay unsharded until then: the LM head's from the loss's backward on (from
+  the forward pass with Liger's fused loss), the embedding's last; their reduce-scatter copies them into its input
+  before freeing them;
+- a decoder layer: gathered for its forward (an all-gather buffer copied out into the parameters) and freed after
+  it; gathered again when the gradient reaches it, its recomputed forward (gradient checkpointing) using the same
+  parameters, while the next layer of the backward pass is prefetched (its all-gather buffer) and the previous
+  layer's reduce-scatter input (a copy of its unsharded gradients) is kept until this layer's reduce-scatter.
+
+The backward pass's moment is then the largest of three points: its start (the loss's backward, as one GPU counts
+it, the root gathered and the last layer prefetched by the root's pre-backward hook); each decoder layer's backward
+(the inputs of the layers not yet done, or their saved activations without checkpointing, the layer rebuilt and its
+backward's own transient (`layer_backward_bytes`), three layers' worth of gathered parameters, prefetched parameters
+and reduce-scatter input, the root gathered with the LM head's gradient, and the shards of the gradients reduced so
+far); and its end (the root's parameters and gradients whole, every shard of the gradients). With transformers' loss
+(its float32 logits) the start is the largest; with Liger's fused loss a decoder layer's backward: near the end of
+the backward pass where the shards of the reduced gradients grow faster than the layers' kept inputs shrink (short
+sequences), near its start otherwise. The forward pass (a layer gathered and the all-gather buffer kept for the next
+one's) holds less than the start of the backward pass. The optimizer step holds one GPU's step over world_size: the
+shards and the step's temporaries. Shards are counted as 1/world_size of each parameter, without the padding of its
+first dimension to a multiple of world_size. Several nodes are counted as one (one flat group of ranks; not
+measured). Not modelled (NoPrediction): the Trainers' FSDP2 (accelerate's `fully_shard`: which modules it shards,
+whether the root stays gathered; LoRA runs on the Trainer only, so LoRA under FSDP2 too) and gradient accumulation
+(the unsharded gradients each layer accumulates between micro-batches).
 
 The caching allocator reserves more than the tensors it holds (rounding, and freed blocks it keeps for reuse):
 `ALLOCATOR_OVERHEAD`, a share of the allocated peak that depends on where the peak is. It is the one part
 set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-mini (docs/prediction.md)
 reserved 1-5 % above their allocated peak when it was the backward pass's start, and 12-17 % when it was the
 optimizer step, whose per-parameter temporaries arrive after the backward pass has left the pool cut into
-activation-sized blocks that they do not fit. The CUDA context and the driver's reserve are outside what torch
-reserves; `gpus.usable_bytes` subtracts them from the GPU's memory.
+activation-sized blocks that they do not fit. Under FSDP2 the same share is applied, and it is known to fall short:
+Llama-3-8B's runs on two and four GPUs (docs/measurements.md, docs/multi-gpu.md) reserved 29-88 % above their
+allocated peak, and the ranks of one run differed by up to 22.8 GiB reserved (the baseline at 4 × 4,096: 41.7 GiB
+allocated, 55.8-78.6 reserved). FSDP2 allocates its all-gather buffers and its reduce-scatters' outputs on streams of
+their own, whose freed blocks the allocator keeps for those streams: a likely part of it, not counted. The CUDA
+context and the driver's reserve are outside what torch reserves; `gpus.usable_bytes` subtracts them from the GPU's
+memory.
 """
 
 import math
@@ -111,6 +147,7 @@ PARTS = (
     "weights",
     "gradients",
     "gradient_buckets",
+    "fsdp_unsharded",
     "optimizer_states",
     "activations",
     "logits_and_loss",
@@ -155,7 +192,8 @@ class MemoryPrediction:
     # What the prediction assumed that a user may want to know (padding, the loss path, ...).
     assumptions: list[str] = field(default_factory=list)
     # The allocated bytes of each moment counted (BACKWARD_START and OPTIMIZER_STEP, or FORWARD alone), the peak
-    # being the largest: what a run's memory phases are checked against (`MOMENT_PHASES`).
+    # being the largest: what a run's memory phases are checked against (`MOMENT_PHASES`). Under FSDP2,
+    # BACKWARD_START is the backward pass's largest point (its start, a decoder layer's backward or its end).
     moments: dict[str, float] = field(default_factory=dict)
 
 
@@ -179,6 +217,7 @@ class Step:
     trains: bool  # False: forward passes only (no backward, no optimizer)
     ddp: bool = False  # DDP over several GPUs (the plain loop's): gradient buckets
     gradients_in_buckets: bool = False  # ddp_gradient_as_bucket_view: the gradients are views into the buckets
+    fsdp_ranks: int = 1  # FSDP2 (the plain loop's) over this many ranks: every shard 1/fsdp_ranks; 1: no FSDP2
 
 
 def active_kernels(args: TrainingArgs, model_type: str) -> frozenset:
@@ -205,10 +244,7 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         raise NoPrediction(FLOAT16_FULL_FINE_TUNE)
     ddp = args.world_size > 1 and args.parallelism == "ddp"
     if args.sharded_by_fsdp:
-        raise NoPrediction(
-            f"a run on {args.world_size} GPUs with FSDP2: its sharded weights, gradients and optimizer states, the "
-            "layers it gathers and its reduce-scatter buffers are not modelled"
-        )
+        fsdp2_modelled(args)
     if ddp and args.backend != "plain_loop":
         raise NoPrediction(
             f"a run on {args.world_size} GPUs with backend {args.backend!r}: the Trainer's DDP (accelerate's "
@@ -237,7 +273,26 @@ def resolve_step(args: TrainingArgs, shape: ModelShape, sequences_full: bool) ->
         trains=BACKENDS[args.backend].trains,
         ddp=ddp,
         gradients_in_buckets=ddp and args.ddp_gradient_as_bucket_view,
+        fsdp_ranks=args.world_size if args.sharded_by_fsdp else 1,
     )
+
+
+def fsdp2_modelled(args: TrainingArgs) -> None:
+    """NoPrediction for the FSDP2 runs whose terms the model does not count: the plain loop's FSDP2 is counted (every
+    rank's share the same on one node or several: one flat group of `world_size` ranks), without gradient
+    accumulation."""
+    if args.backend != "plain_loop":
+        # LoRA runs on the Trainer only (hf_trainer), so this also leaves out LoRA under FSDP2.
+        raise NoPrediction(
+            f"a run on {args.world_size} GPUs with FSDP2 through backend {args.backend!r}: accelerate's fully_shard "
+            "(which modules it shards, whether the root module's parameters stay gathered from the forward pass to "
+            "the end of the backward pass) is not modelled; the plain loop's FSDP2 is"
+        )
+    if args.gradient_accumulation_steps > 1:
+        raise NoPrediction(
+            f"a run on {args.world_size} GPUs with FSDP2 and gradient accumulation: the unsharded gradients every "
+            "layer accumulates between micro-batches (reduce-scattered only by the last) are not modelled"
+        )
 
 
 def norm_bytes(shape: ModelShape, step: Step) -> float:
@@ -275,6 +330,17 @@ def layer_activation_bytes(shape: ModelShape, step: Step) -> float:
         saved += (1 if step.lora_dropout else 0) * linear.in_features  # dropout's mask
         saved += a * linear.in_features + a * step.lora_rank  # lora_A's input and output
     return saved
+
+
+def layer_backward_bytes(shape: ModelShape, step: Step) -> float:
+    """What one decoder layer's backward pass allocates at its largest, per token, beside what the layer saved: the
+    gradient reaching the layer (a·h, the residual stream's) and, in the MLP's backward (the largest: attention's
+    gradients come once the MLP's saved tensors are freed), down_proj's input gradient (a·i) and, with
+    transformers' SwiGLU, the gradients of its two factors while that one is alive, less the product freed (a·i
+    more; Liger's SwiGLU writes them into the gate and up outputs it saved). Counted under FSDP2, where a layer's
+    backward is the peak; one GPU's count leaves it out (its checkpointed runs were measured up to 4.8 % above)."""
+    a, h, i = step.activation_bytes, shape.hidden_size, shape.intermediate_size
+    return a * h + (1 if "swiglu" in step.kernels else 2) * a * i
 
 
 def loss_bytes(shape: ModelShape, step: Step, head_trains: bool) -> tuple[float, float]:
@@ -324,6 +390,51 @@ def optimizer_bytes(step: Step, trainable: int, param_bytes: int) -> tuple[float
         "sgd": param_bytes if step.weight_decay else 0,
     }.get(step.optim, 0)
     return states * trainable, temporaries * trainable
+
+
+def fsdp2_backward_points(
+    shape: ModelShape, step: Step, per_layer: float, loss_kept: float, loss_peak: float, other: float, batch: float
+) -> dict[str, dict[str, float]]:
+    """What one rank holds under FSDP2 at each point of the backward pass where its memory can peak, by part (the
+    shards of the weights and optimizer states, the same at every point, left out): the loss's backward, each
+    decoder layer's backward (from the last layer to the first) and the end (the root module's reduce-scatter).
+    Per token `per_layer` bytes of one layer's saved activations; the loss's kept and transient bytes, the other
+    tensors at the loss (`other`) and the batch alone (`batch`), as one GPU's step counts them."""
+    ranks, t, a, h = step.fsdp_ranks, step.tokens, step.activation_bytes, shape.hidden_size
+    layers = shape.num_layers
+    layer = shape.layer_parameters * step.weight_bytes  # one decoder layer gathered, or its unsharded gradients
+    root = (shape.parameters - layers * shape.layer_parameters) * step.weight_bytes  # embedding, final norm, LM head
+    head_gradient = shape.vocab_size * h * step.weight_bytes  # the LM head's (or the tied embedding's), unsharded
+    layer_input = a * h * t if step.checkpointing else per_layer * t  # what a layer keeps until its backward
+
+    points = {
+        "its start (the loss's backward)": {
+            "activations": layers * layer_input,
+            "logits_and_loss": loss_kept + loss_peak,
+            # the root gathered since the forward pass; the last layer prefetched by the root's pre-backward hook
+            "fsdp_unsharded": root + layer,
+            "batch_and_other": other,
+        }
+    }
+    recompute = per_layer * t if step.checkpointing else 0  # a layer rebuilt for its backward
+    backward = layer_backward_bytes(shape, step) * t
+    for done in range(layers):
+        left = layers - done  # the layers whose backward has not finished, this one among them
+        points[f"decoder layer {left - 1}'s backward"] = {
+            "gradients": done * layer / ranks,  # the layers reduced so far, as shards
+            "activations": left * layer_input + recompute + backward,
+            # the root and its LM head's gradient; this layer gathered, the next one prefetched (not for the first
+            # layer), the previous layer's reduce-scatter input (not for the last)
+            "fsdp_unsharded": root + head_gradient + layer * (1 + (left > 1) + (done > 0)),
+            "batch_and_other": batch,
+        }
+    points["its end (the root module's reduce-scatter)"] = {
+        "gradients": layers * layer / ranks,
+        # the root's parameters and unsharded gradients (the embedding's last), the first layer's reduce-scatter input
+        "fsdp_unsharded": 2 * root + layer,
+        "batch_and_other": batch,
+    }
+    return points
 
 
 def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool = True) -> MemoryPrediction:
@@ -380,6 +491,23 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
         return _finish(step, allocated, FORWARD, breakdown, assumptions, {FORWARD: allocated})
 
     per_layer = layer_activation_bytes(shape, step)
+    if step.fsdp_ranks > 1:
+        ranks = step.fsdp_ranks
+        sharded = {"weights": weights / ranks, "optimizer_states": states / ranks}
+        points = fsdp2_backward_points(shape, step, per_layer, loss_kept, loss_peak, other, batch)
+        where = max(points, key=lambda point: sum(points[point].values()))
+        backward = {**sharded, **points[where]}
+        step_parts = {**sharded, "gradients": gradients / ranks, "optimizer_step_temporaries": temporaries / ranks}
+        moments = {BACKWARD_START: sum(backward.values()), OPTIMIZER_STEP: sum(step_parts.values())}
+        assumptions.append(
+            f"FSDP2 on {ranks} GPUs: each holds 1/{ranks} of the weights, gradients and optimizer states; the "
+            f"backward pass peaks at {where}"
+        )
+        if args.num_nodes > 1:
+            assumptions.append(f"FSDP2 over {args.num_nodes} nodes: counted as on one node (not measured)")
+        phase = max(moments, key=moments.get)
+        parts = backward if phase == BACKWARD_START else step_parts
+        return _finish(step, moments[phase], phase, parts, assumptions, moments)
     if step.checkpointing:
         kept = shape.num_layers * a * h * t  # each layer's input
         recompute = per_layer * t  # one layer rebuilt at a time

@@ -83,3 +83,29 @@ def check_allocator(allocator: str, environ: Mapping[str, str]) -> None:
         raise AllocatorMismatch(
             f"training_args.allocator is {allocator!r}, and this process started with {shown} (allocator {got!r})"
         )
+
+
+class MemoryCapAboveGpu(RuntimeError):
+    """`gpu_memory_cap_gib` emulates a GPU larger than the one the run has."""
+
+
+def cap_memory(device: "torch.device", cap_gib: float) -> float:  # noqa: F821
+    """Let torch's caching allocator on `device` reserve what a GPU of `cap_gib` GiB leaves it (the card's memory
+    less the CUDA context, `prediction.gpus.usable_bytes`), as `TrainingArgs.gpu_memory_cap_gib` says: beyond it an
+    allocation runs out of memory as on such a card. Returns the fraction of the device given to torch. Call before
+    the first allocation on `device`. Raises MemoryCapAboveGpu when the device has less than that."""
+    import torch
+
+    from finetune_bench.prediction.gpus import GIB, usable_bytes
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    allowed = usable_bytes(cap_gib * GIB)
+    if allowed > total:
+        raise MemoryCapAboveGpu(
+            f"training_args.gpu_memory_cap_gib {cap_gib:g} emulates a GPU larger than this one "
+            f"({torch.cuda.get_device_name(device)}, {total / GIB:.1f} GiB that torch can use): set it to at most "
+            "this GPU's memory, or 0 for the whole GPU"
+        )
+    fraction = allowed / total
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction

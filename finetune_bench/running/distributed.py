@@ -27,14 +27,22 @@ def rank_device(device: torch.device) -> torch.device:
     return device
 
 
-def start_process_group(device: torch.device, collective_timeout_s: float) -> None:
-    """Join the run's process group (NCCL on GPUs, gloo on CPUs) through the launch's store (env://); a collective
-    that waits longer than `collective_timeout_s` raises."""
+def start_process_group(device: torch.device, collective_timeout_s: float, namespace: str = "") -> None:
+    """Join the run's process group (NCCL on GPUs, gloo on CPUs) through the launch's store (env://; with
+    `namespace`, under that prefix of it: one of several runs of one launch, whose groups' keys must not meet); a
+    collective that waits longer than `collective_timeout_s` raises."""
     cuda = device.type == "cuda"
+    timeout = timedelta(seconds=collective_timeout_s)
+    where: dict = {}
+    if namespace:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout,
+            wait_for_workers=False,
+        )  # fmt: skip
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        where = {"store": dist.PrefixStore(f"process_group/{namespace}", store), "rank": rank, "world_size": world_size}
     dist.init_process_group(
-        backend="nccl" if cuda else "gloo",
-        timeout=timedelta(seconds=collective_timeout_s),
-        device_id=device if cuda else None,
+        backend="nccl" if cuda else "gloo", timeout=timeout, device_id=device if cuda else None, **where
     )
 
 

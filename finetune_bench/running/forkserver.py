@@ -54,7 +54,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from finetune_bench.running import faults
-from finetune_bench.running.worker import COLLECTIVE_TIMEOUT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
+from finetune_bench.running.worker import (
+    COLLECTIVE_TIMEOUT_ENV,
+    LAUNCHED_AT_ENV,
+    PARENT_PID_ENV,
+    PROCESS_GROUP_NAMESPACE_ENV,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +103,7 @@ RUNTIME_ENV = frozenset(
         faults.LAUNCHER_PID_ENV,
         LAUNCHED_AT_ENV,
         COLLECTIVE_TIMEOUT_ENV,
+        PROCESS_GROUP_NAMESPACE_ENV,
         PARENT_PID_ENV,
         NODE_SERVER_ENV,
     }

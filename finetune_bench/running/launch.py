@@ -42,6 +42,7 @@ from finetune_bench.running.worker import (
     LAUNCHED_AT_ENV,
     LAUNCHER_ONLY,
     PARENT_PID_ENV,
+    PROCESS_GROUP_NAMESPACE_ENV,
     RESULT_FILE,
     STEPS_FILE,
     ChildOutcome,
@@ -157,10 +158,12 @@ def run_child(
     rank: int | None = None,
     stop_when: Callable[[], str] | None = None,
     poll_s: float = 1.0,
+    process_group_namespace: str = "",
 ) -> RunResult:
     """Train `run` (or, with `rank`, that rank of it: `running.ranks`) in a child process under `work_dir` and
     classify how it ended. `stop_when()`, asked every `poll_s` seconds while the child runs, says why to kill it
-    now ("" to go on): such a child ends `stopped`."""
+    now ("" to go on): such a child ends `stopped`. `process_group_namespace`: a rank's process group under that
+    namespace of the launch's store (one of several runs of one launch)."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     condition_file = work_dir / "condition.json"
@@ -175,6 +178,8 @@ def run_child(
         return result
     if rank is not None:  # a hung peer: the supervisors' timeouts end the run before any collective gives up
         env[COLLECTIVE_TIMEOUT_ENV] = f"{timeout_s + _COLLECTIVE_MARGIN_S:.0f}"
+        if process_group_namespace:
+            env[PROCESS_GROUP_NAMESPACE_ENV] = process_group_namespace
     # The child forks from a fork server (`running.forkserver`): one GPU's from this process's, a rank's from the
     # one its launch was offered (a rank's supervisor lives for one run: a server of its own would pay the imports
     # for its one child).

@@ -60,6 +60,8 @@ _PREFIX = "finetune_bench/"
 _SUMMARY_GRACE_S = 120.0
 # The reason of a rank whose supervisor filed no report.
 _NO_REPORT = "its supervisor filed no result"
+# The details key naming the rank whose failure is the run's (`merge_ranks`).
+FAILED_RANK = "failed_rank"
 # How often a supervisor checks whether another rank failed.
 POLL_S = 1.0
 # How often a rank looks for a key another rank sets. It looks rather than waiting on the store: each store wait
@@ -89,8 +91,9 @@ class RankPlace:
         return f"rank {self.rank} (node {self.node_rank}, GPU {self.local_rank})"
 
 
-def launch_store(timeout_s: float) -> "torch.distributed.Store":  # noqa: F821
-    """A client of the launch's key-value store (hosted by the elastic agent), keys under this module's prefix."""
+def launch_store(timeout_s: float, namespace: str = "") -> "torch.distributed.Store":  # noqa: F821
+    """A client of the launch's key-value store (hosted by the elastic agent), keys under this module's prefix and
+    `namespace` (each of several runs in one launch, a memory-frontier search's probes, has its own)."""
     import torch.distributed as dist
 
     store = dist.TCPStore(
@@ -100,7 +103,7 @@ def launch_store(timeout_s: float) -> "torch.distributed.Store":  # noqa: F821
         timeout=timedelta(seconds=timeout_s),
         wait_for_workers=False,
     )
-    return dist.PrefixStore(_PREFIX, store)
+    return dist.PrefixStore(_PREFIX + namespace, store)
 
 
 class RanksStopped(Exception):
@@ -111,7 +114,7 @@ class RanksStopped(Exception):
         self.status, self.reason = status, reason
 
 
-def _wait(store: "torch.distributed.Store", key: str, deadline: float) -> str:  # noqa: F821
+def wait_for_key(store: "torch.distributed.Store", key: str, deadline: float) -> str:  # noqa: F821
     """The value of `key` once some rank has set it. Raises RanksStopped when a rank said it cannot go on (the
     `abort` key), or when the monotonic clock passes `deadline` (a peer gone without a word)."""
     while True:
@@ -171,21 +174,24 @@ def node_fork_server(run: PlannedRun) -> Iterator[None]:
 
 def run_on_ranks(
     run: PlannedRun,
-    results_store: ResultStore,
+    results_store: ResultStore | None,
     fetch_sources: Callable[[], tuple[Path, Path]],
     work_dir: Path,
     timeout_s: float,
     force_fresh: bool = False,
     sources: dict[str, str] | None = None,
+    namespace: str = "",
 ) -> RunResult | None:
     """This rank's part of `run`: the run's result on global rank 0, None on every other rank.
 
     `fetch_sources()` gives the local dataset and model directories (called once per node, by its first rank).
+    `results_store` None: the run is always trained and never stored (a memory-frontier probe). `namespace`: the
+    launch store's keys of this run, where one launch runs several (`launch_store`).
     """
     place = RankPlace.from_env()
     if run.refused or run.predicted_oom:  # nothing to launch
         return not_launched(run) if place.rank == 0 else None
-    store = launch_store(timeout_s + _SUMMARY_GRACE_S)
+    store = launch_store(timeout_s + _SUMMARY_GRACE_S, namespace)
     hardware = hardware_fingerprint()
     identity = run_identity(run, hardware, sources or {})
     key = identity_key(identity)
@@ -198,13 +204,13 @@ def run_on_ranks(
                 waited_s = held.enter_context(device_lock(hardware))
                 dataset_dir, model_dir = fetch_sources()
                 store.set(f"sources/{place.node_rank}", json.dumps([str(dataset_dir), str(model_dir), waited_s]))
-            dataset_dir, model_dir, waited_s = json.loads(_wait(store, f"sources/{place.node_rank}", deadline))
+            dataset_dir, model_dir, waited_s = json.loads(wait_for_key(store, f"sources/{place.node_rank}", deadline))
             problems, notes, store_s = [], {}, None
             if place.rank == 0:
                 for node in range(place.world_size // place.local_world_size):
-                    _wait(store, f"sources/{node}", deadline)
+                    wait_for_key(store, f"sources/{node}", deadline)
                 stored = None
-                if not force_fresh:
+                if not force_fresh and results_store is not None:
                     looked_up = time.perf_counter()
                     stored, problems, notes = stored_result(results_store, key, work_dir, name, run, identity)
                     store_s = time.perf_counter() - looked_up
@@ -213,11 +219,13 @@ def run_on_ranks(
                     logger.warning("%s: %s", name, reuse_line(stored, key))
                     stored.reused = True
                     return stored
-            elif _wait(store, "decision", deadline) == "reuse":
+            elif wait_for_key(store, "decision", deadline) == "reuse":
                 return None
         except Exception as exc:  # before any training: every rank stops, rank 0 says why
             return _stopped_before_training(run, place, store, exc)
-        report, result = _train_rank(run, place, store, Path(dataset_dir), Path(model_dir), work_dir, timeout_s)
+        report, result = _train_rank(
+            run, place, store, Path(dataset_dir), Path(model_dir), work_dir, timeout_s, namespace
+        )
         store.set(f"report/{place.rank}", report.to_json())
         if place.rank != 0:
             return None
@@ -228,7 +236,8 @@ def run_on_ranks(
         if store_s is not None:  # rank 0's lookup
             merged.metrics["store_s"] = store_s
         merged.problems.extend(problems)
-        merged.problems.extend(save_result(results_store, key, merged, identity, name))
+        if results_store is not None:
+            merged.problems.extend(save_result(results_store, key, merged, identity, name))
         merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
         merged.predicted_moment_allocated_bytes = dict(run.predicted_moment_allocated_bytes)
         return merged
@@ -273,6 +282,7 @@ def _train_rank(
     model_dir: Path,
     work_dir: Path,
     timeout_s: float,
+    namespace: str = "",
 ) -> tuple[RankReport, RunResult]:
     """Train this rank in its child, killed as soon as another rank failed: its report and its own result."""
 
@@ -281,8 +291,9 @@ def _train_rank(
         return f"rank {failed} failed first" if failed is not None and failed != place.rank else ""
 
     result = run_child(
-        run, dataset_dir, model_dir, work_dir, timeout_s, rank=place.rank, stop_when=another_failed, poll_s=POLL_S
-    )
+        run, dataset_dir, model_dir, work_dir, timeout_s, rank=place.rank, stop_when=another_failed, poll_s=POLL_S,
+        process_group_namespace=namespace,
+    )  # fmt: skip
     if result.status not in (OK, STOPPED):
         store.compare_set("failed", "", str(place.rank))  # written only where no rank has yet: the first failure
     metrics = result.metrics
@@ -354,6 +365,7 @@ def merge_ranks(rank0: RunResult, reports: list[RankReport], failed: int | None)
         summary = culprit.summary
         merged.status = summary.status if summary.status != STOPPED else ERROR
         merged.reason = f"rank {summary.rank} (node {summary.node_rank}, GPU {summary.local_rank}): {summary.reason}"
+        merged.details[FAILED_RANK] = str(summary.rank)
         merged.error_tail = culprit.error_tail or rank0.error_tail
     for metric in METRICS.values():  # one rank's view: the combined figures (or none) stand for the run
         if metric.ranks not in (RANK0, MAX):

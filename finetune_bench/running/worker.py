@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -31,6 +32,9 @@ PARENT_PID_ENV = "FINETUNE_BENCH_PARENT_PID"
 # longer than the condition's timeout, so that a rank that hangs ends the run as a timeout of its own (its
 # supervisor's), not as its peers' collective errors.
 COLLECTIVE_TIMEOUT_ENV = "FINETUNE_BENCH_COLLECTIVE_TIMEOUT_S"
+# One of several runs in one launch (a memory-frontier search's probes): the launch store's namespace of this run's
+# process group, whose keys would otherwise meet those of the runs before it.
+PROCESS_GROUP_NAMESPACE_ENV = "FINETUNE_BENCH_PROCESS_GROUP_NAMESPACE"
 # The launcher's monotonic clock (time.monotonic, one clock for every process of the machine) when it started this
 # process: the run's `startup_s` ends at the worker's main.
 LAUNCHED_AT_ENV = "FINETUNE_BENCH_LAUNCHED_AT"
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from finetune_bench.inputs.settings import TrainingArgs
     from finetune_bench.measuring.environment import environment
     from finetune_bench.measuring.steps import NonFiniteLoss, StepRecorder
-    from finetune_bench.running.allocator import alloc_conf, check_allocator
+    from finetune_bench.running.allocator import MemoryCapAboveGpu, alloc_conf, cap_memory, check_allocator
     from finetune_bench.running.backends.common import (
         AttentionNotRunnable,
         attention_details,
@@ -165,11 +169,19 @@ def main(argv: list[str] | None = None) -> int:
     teardown_from: float | None = None
     try:
         check_allocator(args.allocator, os.environ)
+        if args.gpu_memory_cap_gib and device.type == "cuda":  # a GPU of another size, emulated
+            fraction = cap_memory(device, args.gpu_memory_cap_gib)
+            outcome.environment["gpu_memory_cap_gib"] = f"{args.gpu_memory_cap_gib:g}"
+            outcome.details["gpu_memory_fraction"] = f"{fraction:.4f}"
         if args.software_set:  # the releases the set names are the ones this process imports, else no run
             outcome.details["imported_versions"] = json.dumps(software.check_imported(args.software_set))
         faults.check_fake_memory(args.per_device_train_batch_size, args.max_seq_length, arm.liger)
         if distributed:
-            ranks.start_process_group(device, float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)))
+            ranks.start_process_group(
+                device,
+                float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, 1800)),
+                os.environ.get(PROCESS_GROUP_NAMESPACE_ENV, ""),
+            )
         with recorder.phase("imports_s"):
             backend = importlib.import_module(f"finetune_bench.running.backends.{args.backend}")
         with pinned_attention(args.attention, device, dtype):  # the backward passes and evaluations too
@@ -181,11 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         outcome.loss_path = extra.pop("loss_path", "")
         outcome.details.update({k: str(v) for k, v in extra.items()})
     except torch.OutOfMemoryError as exc:
-        outcome.status, outcome.reason = OOM, _out_of_memory(len(recorder.steps), exc)
+        outcome.status, outcome.reason = OOM, _out_of_memory(recorder, exc)
         outcome.error_tail = _tail(traceback.format_exc())
     except NonFiniteLoss as exc:
         outcome.status, outcome.reason = NONFINITE, f"non-finite loss: {exc}"
         outcome.error_tail = _tail(traceback.format_exc())
+    except MemoryCapAboveGpu as exc:
+        outcome.status, outcome.reason = ERROR, str(exc)
     except LigerNotApplied as exc:
         outcome.status, outcome.reason = ERROR, f"liger not applied: {exc}"
     except AttentionNotRunnable as exc:
@@ -193,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.error_tail = _tail(traceback.format_exc())
     except Exception as exc:  # any other failure of this condition is its result, not a crash
         if says_out_of_memory(str(exc)):  # e.g. cuBLAS unable to allocate its handle: a RuntimeError
-            outcome.status, outcome.reason = OOM, _out_of_memory(len(recorder.steps), exc)
+            outcome.status, outcome.reason = OOM, _out_of_memory(recorder, exc)
         else:
             outcome.status, outcome.reason = ERROR, f"{type(exc).__name__}: {_first_line(exc)}"
         outcome.error_tail = _tail(traceback.format_exc())
@@ -235,8 +249,15 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _out_of_memory(steps_done: int, exc: BaseException) -> str:
-    return f"out of memory at step {steps_done + 1}: {_first_line(exc)}"
+# The reason of a run that ran out of memory (`_out_of_memory`): its step and memory phase.
+OUT_OF_MEMORY_REASON = re.compile(r"out of memory at step (?P<step>\d+) \((?P<phase>[^)]*)\)")
+
+
+def _out_of_memory(recorder: "StepRecorder", exc: BaseException) -> str:  # noqa: F821
+    """Where the run ran out: the step, and the memory phase (forward, loss, backward, optimizer; the set-up before
+    the first step's phases, e.g. building or sharding the model), then the error's first line."""
+    phase = recorder.current_memory_phase or ("set-up" if not recorder.steps else "between phases")
+    return f"out of memory at step {len(recorder.steps) + 1} ({phase}): {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -605,7 +605,7 @@ def test_child_probe_runs_the_real_worker(tmp_path, tiny_model_dir, tiny_dataset
     probe = child_probe(tiny_dataset_dir, tiny_model_dir, tmp_path, timeout_s=120)
     outcome = probe(dataclasses.replace(make_search().training_args, per_device_train_batch_size=2))
     assert outcome.status == "oom", outcome.reason + outcome.error_tail
-    assert "out of memory at step 1" in outcome.reason
+    assert "out of memory at step 1 (set-up)" in outcome.reason
     assert outcome.wall_time_s > 0
     assert outcome.environment.get("device_type") == "cpu"
     assert (tmp_path / "probe-000" / "condition.json").is_file()
@@ -686,3 +686,37 @@ def test_a_guided_sequence_search_stays_on_its_granularity_and_reaches_the_cap()
     assert all(v % 1024 == 0 for v in gpu.calls)
     capped = search_frontier(search, LinearMemory(fixed, per_unit, 1000 * GIB, SEQ_LENGTH), model)
     assert capped.status == REACHED_CAP and capped.frontier == 65536 and capped.probes_used <= 3
+
+
+class SaturatingMemory(LinearMemory):
+    """A GPU whose caching allocator fills what it may reserve before a size runs out (it frees its cache and
+    retries near the limit, as under FSDP2): a fit reserves the limit whatever it allocates; allocated grows
+    `per_unit` a size above `fixed`, and a size runs out when that exceeds `limit` / 1.05."""
+
+    def __call__(self, args: TrainingArgs) -> ProbeOutcome:
+        value = getattr(args, self.dimension)
+        self.calls.append(value)
+        allocated = self.fixed + self.per_unit * value
+        if allocated * 1.05 > self.limit:
+            return ProbeOutcome(status="oom", reason="out of memory at step 1 (backward)", wall_time_s=20)
+        reserved = max(allocated * 1.05, 0.99 * self.limit) if allocated * 1.05 > 0.8 * self.limit else allocated * 1.05
+        return ProbeOutcome(status="ok", wall_time_s=20, peak_allocated_bytes=allocated, peak_reserved_bytes=reserved)
+
+
+@pytest.mark.parametrize("model_error", [0.0, 0.03, -0.03, 0.06])
+def test_a_fit_whose_reserve_filled_the_gpu_is_measured_by_its_allocated_peak(model_error):
+    """A sequence search (granularity 1,024) where every fit near the limit reserves the whole GPU: the reserve
+    says nothing of the next size, the allocated peak against the model's does, and the search still needs at
+    most 4 probes with a model within 6 %."""
+    fixed, per_unit, limit = 12 * GIB, 3.3 * GIB / 1024, 78 * GIB
+    gpu = SaturatingMemory(fixed, per_unit, limit, dimension=SEQ_LENGTH)
+
+    def allocated(v):
+        return (fixed + per_unit * v) * (1 + model_error)
+
+    model = Guide(predict=lambda v: allocated(v) * 1.05, limit_bytes=limit, predict_allocated=allocated)
+    search = make_search(dimension=SEQ_LENGTH, start=2048, cap=32768, granularity=1024)
+    result = search_frontier(search, gpu, model)
+    expected = max(v for v in range(2048, 32769, 1024) if (fixed + per_unit * v) * 1.05 <= limit)
+    assert (result.status, result.frontier, result.first_oom) == (FOUND, expected, expected + 1024)
+    assert result.probes_used <= 4, [(p.value, p.phase, p.status) for p in result.probes]

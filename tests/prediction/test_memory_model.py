@@ -181,12 +181,11 @@ def test_ddp_adds_its_gradient_buckets_where_they_are_held(as_views):
     assert accumulated.moments[start] == ddp.moments[start] + gradients
 
 
-def test_fsdp_and_the_trainers_ddp_are_not_predicted_and_say_why():
+def test_the_trainers_ddp_and_fsdp2_are_not_predicted_and_say_why():
     shape = model_shape(model_config("random:llama-3.2-1b"))
     args = TrainingArgs(model_name="random:llama-3.2-1b", dtype="bfloat16", device="cuda", num_gpus=2)
-    fsdp = dataclasses.replace(args, backend="plain_loop", parallelism="fsdp")
-    with pytest.raises(NoPrediction, match="2 GPUs with FSDP2: its sharded weights"):
-        memory.predict_memory(fsdp, shape)
+    with pytest.raises(NoPrediction, match="FSDP2 through backend 'trl_sft': accelerate's fully_shard"):
+        memory.predict_memory(dataclasses.replace(args, backend="trl_sft", parallelism="fsdp"), shape)
     with pytest.raises(NoPrediction, match="backend 'trl_sft': the Trainer's DDP"):
         memory.predict_memory(dataclasses.replace(args, backend="trl_sft", parallelism="ddp"), shape)
 

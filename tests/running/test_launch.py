@@ -162,7 +162,7 @@ def test_cublas_unable_to_allocate_is_an_oom_not_an_error(monkeypatch, tiny_mode
     monkeypatch.setenv(FAULT_ENV, "cublas_oom@1")
     result = run_in_child(planned(max_steps=3), tiny_dataset_dir, tiny_model_dir, tmp_path / "run", timeout_s=300)
     assert result.status == "oom"
-    assert result.reason.startswith("out of memory at step 2: CUDA error: CUBLAS_STATUS_ALLOC_FAILED")
+    assert result.reason.startswith("out of memory at step 2 (between phases): CUDA error: CUBLAS_STATUS_ALLOC_FAILED")
     assert len(pd.read_csv(result.steps_file)) == 1
 
 

@@ -11,6 +11,7 @@ from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.measuring.environment import PROJECT
+from finetune_bench.prediction.gpus import capped_gpu
 from finetune_bench.prediction.shapes import NoPrediction, model_config
 from finetune_bench.results.record import OK
 
@@ -50,6 +51,8 @@ def device_text(environment: dict[str, str], capacity_gib: float | None = None) 
         return f"CPU ({environment['cpu']})" if environment.get("cpu") else "CPU"
     if not environment.get("gpu_name"):
         return ""
+    if environment.get("gpu_memory_cap_gib"):  # capacity_gib is then the cap's
+        return capped_gpu(environment["gpu_name"], environment["gpu_memory_cap_gib"]) + " (gpu_memory_cap_gib)"
     return environment["gpu_name"] + (f" ({capacity_gib:.0f} GiB)" if capacity_gib else "")
 
 
@@ -61,6 +64,8 @@ def hardware_text(a: GridAnalysis, runs: pd.DataFrame) -> str:
     if not names:
         return ""
     memory = f" ({a.capacity_gib:.0f} GiB)" if a.capacity_gib else ""
+    if a.environment.get("gpu_memory_cap_gib"):  # a GPU of another size, emulated
+        memory = f" capped to {float(a.environment['gpu_memory_cap_gib']):g} GiB (gpu_memory_cap_gib)"
     gpus = span_text(runs.get("world_size", pd.Series(dtype=float)))
     per_run = f", {gpus} GPU{'' if gpus == '1' else 's'} per run" if gpus else ""
     return f"{names}{memory}{per_run}"
