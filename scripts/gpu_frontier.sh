@@ -21,7 +21,8 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 start=$(date +%s)
 rc=0
-python3 /tmp/site/bin/pyflyte run workflows/frontier.py memory_frontier --inputs-file "$inputs" \
+# WORKFLOW_TIMEOUT_S (default none): stop the workflow then, and keep what its probes measured
+timeout "${WORKFLOW_TIMEOUT_S:-0}" python3 /tmp/site/bin/pyflyte run workflows/frontier.py memory_frontier --inputs-file "$inputs" \
   > "$out/workflow.log" 2>&1 || rc=$?
 tail -n 30 "$out/workflow.log"
 echo "workflow exit status $rc, wall time: $(( $(date +%s) - start )) s"
