@@ -100,11 +100,18 @@ The caching allocator reserves more than the tensors it holds (rounding, and fre
 set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-mini (docs/prediction.md)
 reserved 1-5 % above their allocated peak when it was the backward pass's start, and 12-17 % when it was the
 optimizer step, whose per-parameter temporaries arrive after the backward pass has left the pool cut into
-activation-sized blocks that they do not fit. Under FSDP2 the same share is applied, and it is known to fall short:
-Llama-3-8B's runs on two and four GPUs (docs/measurements.md, docs/multi-gpu.md) reserved 29-88 % above their
-allocated peak, and the ranks of one run differed by up to 22.8 GiB reserved (the baseline at 4 × 4,096: 41.7 GiB
-allocated, 55.8-78.6 reserved). FSDP2 allocates its all-gather buffers and its reduce-scatters' outputs on streams of
-their own, whose freed blocks the allocator keeps for those streams: a likely part of it, not counted. The CUDA
+activation-sized blocks that they do not fit. Under FSDP2 the backward pass's share is `FSDP2_ALLOCATOR_OVERHEAD`'s
+13.5 %: what decides whether a size fits is the reserve the allocator cannot give back once it reaches its limit
+(there it frees its cached blocks and retries), and at the edges of Llama-3-8B's sequence frontiers on four GPUs
+under a 79.6 GiB cap (docs/frontier.md) a share of 12.6-14.4 % above the predicted allocated peak separated every
+size that trained from every size that ran out (liger: 16,384 tokens trained with 67.7 GiB allocated and 78.3
+reserved, 17,408 ran out; the baseline: 3,072 trained, 4,096 ran out with 10.6 GiB reserved but unallocated). Below
+the limit FSDP2 runs reserve far more than that, since nothing makes the allocator give its cache back: Llama-3-8B's
+uncapped runs on two and four GPUs (docs/measurements.md, docs/multi-gpu.md) reserved 29-88 % above their allocated
+peak, the ranks of one run up to 22.8 GiB apart (the baseline at 4 × 4,096: 41.7 GiB allocated, 55.8-78.6
+reserved); so a predicted reserved peak under FSDP2 is what a GPU must hold, not what an uncapped run reports. FSDP2
+allocates its all-gather buffers and its reduce-scatters' outputs on streams of their own, whose freed blocks the
+allocator keeps for those streams: a likely part of that reserve, not counted. The CUDA
 context and the driver's reserve are outside what torch reserves; `gpus.usable_bytes` subtracts them from the GPU's
 memory.
 """
@@ -166,6 +173,9 @@ MOMENT_PHASES = {
     FORWARD: ("forward", "loss"),
 }
 ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
+# Under FSDP2, the reserve the allocator cannot give back when it reaches its limit, at the backward pass (see the
+# docstring): measured at the edges of Llama-3-8B's sequence frontiers on four GPUs under a 79.6 GiB cap.
+FSDP2_ALLOCATOR_OVERHEAD = {**ALLOCATOR_OVERHEAD, BACKWARD_START: 0.135}
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -553,7 +563,7 @@ def _finish(
     assumptions: list[str],
     moments: dict[str, float],
 ) -> MemoryPrediction:
-    overhead = ALLOCATOR_OVERHEAD[phase] * allocated
+    overhead = (FSDP2_ALLOCATOR_OVERHEAD if step.fsdp_ranks > 1 else ALLOCATOR_OVERHEAD)[phase] * allocated
     breakdown = {part: float(parts.get(part, 0.0)) for part in PARTS}
     breakdown["allocator_overhead"] = overhead
     return MemoryPrediction(
