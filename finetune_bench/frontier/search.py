@@ -152,6 +152,12 @@ class Guide:
     # The predicted peak allocated memory at a size (None: not known). Where a fit's reserve filled what torch may
     # reserve (`SATURATED`), the allocated peak against this says how far off the model is.
     predict_allocated: Callable[[int], float] | None = None
+    # How far the model may be off (the first probe stays this far below its frontier): `GUIDE_MARGIN`, or less for
+    # a model checked closer.
+    margin: float = GUIDE_MARGIN
+    # Every fit is measured by its allocated peak against `predict_allocated` (never by its reserve): for runs whose
+    # reserve below the limit says nothing of what they need (FSDP2's, `frontier.guide`).
+    by_allocated: bool = False
 
 
 def largest_predicted_fit(search: FrontierSearch, guide: Guide, scale: float = 1.0) -> int:
@@ -265,7 +271,7 @@ class _Search:
         fit: int | None = None
         oom: int | None = None
         # First just below the predicted frontier, by the model's error band: a probe that fits measures memory.
-        value, phase, overshoots = self._largest_predicted_fit(scale=1 + GUIDE_MARGIN), PREDICTED, 0
+        value, phase, overshoots = self._largest_predicted_fit(scale=1 + self.guide.margin), PREDICTED, 0
         self.predicted_frontier = self._largest_predicted_fit()
         while True:
             if self.probe(value, phase) == OK:
@@ -308,12 +314,17 @@ class _Search:
         """Where the memory reaches the limit. Two measured fits: the line through them. One: the model scaled to
         match it (its errors are mostly a common factor). None, only an OOM: the model scaled by at least how far
         it fell short there, and the error band more. Nothing measured (no GPU figures): bisection, or doubling.
-        A fit whose reserve filled what torch may reserve (`SATURATED`) is measured by its allocated peak instead,
-        against the model's: the model scaled by that ratio."""
+        A fit whose reserve filled what torch may reserve (`SATURATED`), or any fit of a guide that goes `by_allocated`,
+        is measured by its allocated peak instead, against the model's: the model scaled by that ratio."""
         guide, g = self.guide, self.search.granularity
+        if guide.by_allocated:
+            measured = sorted(v for v in self.allocated if v in self.fits)
+            if measured:
+                largest = measured[-1]
+                scale = self.allocated[largest] / guide.predict_allocated(largest)
+                return self._nearest_on_grid(self._predicted_crossing(scale))
         measured = sorted(v for v in self.reserved if v in self.fits)
-        saturated = [v for v in measured if self._saturated(v)]
-        if measured and measured[-1] in saturated:
+        if measured and self._saturated(measured[-1]):
             largest = measured[-1]
             return self._nearest_on_grid(
                 self._predicted_crossing(self.allocated[largest] / guide.predict_allocated(largest))
@@ -327,7 +338,7 @@ class _Search:
             return self._nearest_on_grid(self._predicted_crossing(self.reserved[largest] / guide.predict(largest)))
         if oom is not None and fit is None:
             shortfall = max(1.0, guide.limit_bytes / guide.predict(oom))
-            return self._largest_predicted_fit(scale=shortfall * (1 + GUIDE_MARGIN))
+            return self._largest_predicted_fit(scale=shortfall * (1 + self.guide.margin))
         if oom is None:
             return min(2 * fit, self.search.cap)
         return fit + (oom - fit) // (2 * g) * g

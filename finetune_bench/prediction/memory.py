@@ -175,7 +175,7 @@ MOMENT_PHASES = {
 ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
 # Under FSDP2, the reserve the allocator cannot give back when it reaches its limit, at the backward pass (see the
 # docstring): measured at the edges of Llama-3-8B's sequence frontiers on four GPUs under a 79.6 GiB cap.
-FSDP2_ALLOCATOR_OVERHEAD = {**ALLOCATOR_OVERHEAD, BACKWARD_START: 0.135}
+FSDP2_ALLOCATOR_OVERHEAD = {**ALLOCATOR_OVERHEAD, BACKWARD_START: 0.125}
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
