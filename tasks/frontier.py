@@ -16,7 +16,12 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.guide import memory_guide
-from finetune_bench.frontier.predicted import frontier_plan_report, plan_lines, predicted_frontiers
+from finetune_bench.frontier.predicted import (
+    check_first_probes,
+    frontier_plan_report,
+    plan_lines,
+    predicted_frontiers,
+)
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
 from finetune_bench.frontier.search import FrontierResult, Guide, search_frontier
@@ -34,13 +39,22 @@ from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
-from finetune_bench.measuring.gpu import gpu_memory_bytes
-from finetune_bench.prediction.grid import check_plan_settings, target_gpu
+from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
+from finetune_bench.prediction.grid import Target, check_plan_settings, target_gpu
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.execution import cluster_notes
 from tasks.inputs_yaml import inputs_file_argument
-from tasks.plan import PLANNING_TASK, check_output_locations, check_wandb_key, checked, predicted_accelerator
+from tasks.plan import (
+    PLANNING_TASK,
+    check_cap_fits_target,
+    check_gpus_here,
+    check_output_locations,
+    check_wandb_key,
+    checked,
+    for_a_cluster,
+    predicted_accelerator,
+)
 from tasks.records import TrainOutput
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
@@ -87,12 +101,28 @@ def plan_frontier(
         lambda: check_output_locations(results_store),
         lambda: check_wandb_key(dry_run or not measure_throughput),  # the probes log nothing
     )
+    checked(  # what needs the searches: the GPUs they run on, and their first probes against the memory model
+        lambda: None,
+        lambda: None if dry_run else check_gpus_here([training_args]),
+        lambda: check_cap_fits_target([training_args], target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))),
+        lambda: check_first_probes(searches, probe_target(gpu_kind, gpu_memory_gib, dry_run)),
+    )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     notes = [] if dry_run or not measure_throughput else throughput_notes(results_store)
     if not dry_run:  # a dry run's plan is printed with each search's prediction (`report_frontier_plan`)
         lines = [f"{arm_name(s.arm)}: {s.dimension} from {s.start} up to {s.cap}" for s in searches]
         print("the plan:\n" + "\n".join([*lines, *(f"note: {note}" for note in notes)]), flush=True)
     return FrontierPlan(searches, execution)
+
+
+def probe_target(gpu_kind: str, gpu_memory_gib: float, dry_run: bool) -> Target:
+    """The GPU the probes will run on, as planning knows it: a local run's own GPU (where one is visible), else the
+    dry run's target or, on a cluster, the train tasks' accelerator."""
+    if not dry_run and not for_a_cluster():
+        memory = gpu_memory_bytes()
+        if memory:
+            return Target(name=gpu_names()[0], memory_bytes=memory, peak_tflops=None, assumed_mfu=None)
+    return target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))
 
 
 def throughput_notes(results_store: str) -> list[str]:

@@ -95,6 +95,14 @@ def plan_benchmark(
         lambda: check_wandb_key(dry_run),
         lambda: None if dry_run else check_nodes_here(experiment_args, training_args),  # a dry run waits for none
     )
+    checked(
+        lambda: None,
+        lambda: None if dry_run else check_gpus_here([run.training_args for run in runs if not run.refused]),
+        lambda: check_cap_fits_target(
+            [run.training_args for run in runs],
+            target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(accelerator)),
+        ),
+    )
     plan = BenchmarkPlan(runs, execution, prediction)
     estimate = estimate_plan(plan)
     arms = [run.training_args.arm for run in runs if not run.refused]
@@ -106,6 +114,55 @@ def plan_benchmark(
     print(f"the plan:\n{plan_text(estimate, with_totals=not dry_run)}{notes}", flush=True)
     plan.runs = with_predictions(runs, estimate, skip_predicted_oom)
     return plan
+
+
+def check_gpus_here(conditions: list[TrainingArgs]) -> None:
+    """A local run (`pyflyte run` without `--remote`) trains on this machine's GPUs: a condition on more GPUs than it
+    has, one that asks for a GPU where there is none, or a memory cap above its GPU's memory could only fail (or cap
+    nothing). On a cluster the pods ask for theirs (`tasks.execution.on_cluster`); a dry run trains nothing."""
+    if for_a_cluster():
+        return
+    from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
+
+    names, memory = gpu_names(), gpu_memory_bytes()
+    here = f"this machine has {len(names)} GPU(s)" + (f" ({names[0]})" if names else "")
+    problems: dict[str, None] = {}  # in order, each once
+    for t in conditions:
+        if t.device == "cpu":
+            continue
+        if not names and t.device == "cuda":
+            problems["training_args.device 'cuda': no NVIDIA GPU is visible on this machine; set device 'cpu'"] = None
+        if not names and t.gpu_memory_cap_gib:
+            problems[
+                f"training_args.gpu_memory_cap_gib {t.gpu_memory_cap_gib:g}: no NVIDIA GPU is visible on this machine, "
+                "so the run trains on the CPU, where a cap caps nothing; leave it 0"
+            ] = None
+        if names and t.num_gpus > len(names):
+            problems[
+                f"training_args.num_gpus {t.num_gpus}: {here}, and a run on {t.num_gpus} would wait for GPUs that "
+                f"never come; set num_gpus to at most {len(names)}, or run it on a cluster (union run --remote)"
+            ] = None
+        if memory and t.gpu_memory_cap_gib * gpus.GIB > memory:
+            problems[memory_cap_above(t.gpu_memory_cap_gib, memory, names[0] if names else "this machine's GPU")] = None
+    if problems:
+        raise SpecError(*problems)
+
+
+def memory_cap_above(cap_gib: float, memory_bytes: float, gpu: str) -> str:
+    """The problem of a `gpu_memory_cap_gib` above the GPU's memory."""
+    return (
+        f"training_args.gpu_memory_cap_gib {cap_gib:g} is above the memory of {gpu} ({memory_bytes / gpus.GIB:.1f} "
+        "GiB): a cap emulates a smaller GPU; set it to at most that, or 0 for the whole GPU"
+    )
+
+
+def check_cap_fits_target(conditions: list[TrainingArgs], target: "Target") -> None:  # noqa: F821
+    """A `gpu_memory_cap_gib` above the memory of the GPU the plan targets (its kind, or the accelerator's)."""
+    if not target.memory_bytes:
+        return
+    for cap in dict.fromkeys(t.gpu_memory_cap_gib for t in conditions):
+        if cap * gpus.GIB > target.memory_bytes:
+            raise SpecError(memory_cap_above(cap, target.memory_bytes, target.name or "the target GPU"))
 
 
 def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:

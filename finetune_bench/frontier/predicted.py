@@ -9,9 +9,18 @@ import pandas as pd
 from finetune_bench.analysis.numbers import number_text
 from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.search import largest_predicted_fit
-from finetune_bench.frontier.settings import FrontierSearch, arm_name
-from finetune_bench.prediction.gpus import GIB
-from finetune_bench.prediction.grid import RUN_OVERHEAD_S, Target, sequences_full
+from finetune_bench.frontier.settings import SEARCH_SECTIONS, FrontierSearch, arm_name
+from finetune_bench.inputs.errors import Problems
+from finetune_bench.prediction.gpus import GIB, describe_gpu, emulated_memory_bytes, usable_bytes
+from finetune_bench.prediction.grid import (
+    MARGIN,
+    OOM,
+    RUN_OVERHEAD_S,
+    Target,
+    predict_condition,
+    sequences_full,
+    shape_of,
+)
 from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import model_config, model_shape
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html
@@ -48,9 +57,39 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
         )
         row.update(predicted_frontier=frontier, predicted_peak_reserved_gib=peak.peak_reserved_bytes / GIB)
         row["usable_gib"] = guide.limit_bytes / GIB
-        row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S
+        # every GPU of a probe (a search on several GPUs holds them all)
+        row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S * search.training_args.world_size
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def check_first_probes(searches: list[FrontierSearch], target: Target) -> None:
+    """Refuse a search whose first probe the memory model puts out of memory on `target` even if the model is
+    `prediction.grid.MARGIN` high (a sure OOM, as a benchmark plan's `oom` verdict): its every probe could only run
+    out of memory. Every such search at once; a search the model does not cover, or no GPU memory known, passes."""
+    problems = Problems()
+    shapes: dict[tuple[str, str], object] = {}
+    for search in searches:
+        args = dataclasses.replace(search.training_args, **{search.dimension: search.start})
+        model = (args.model_name, args.model_config_overrides)
+        if model not in shapes:
+            shapes[model] = shape_of(args)[0]
+        if shapes[model] is None:
+            continue
+        predicted = predict_condition("", args, target, shapes[model])
+        if predicted.verdict != OOM:
+            continue
+        section = SEARCH_SECTIONS[search.dimension]
+        memory = emulated_memory_bytes(args, target.memory_bytes)
+        gpu = describe_gpu(target.name or "the GPU", args)
+        problems.found.append(
+            f"{section}.start {search.start} (arm {arm_name(search.arm)}): the memory model predicts "
+            f"{predicted.memory.peak_reserved_bytes / GIB:.1f} GiB there, above the "
+            f"{usable_bytes(memory) / GIB:.1f} GiB usable on {gpu} even if it is {MARGIN * 100:.0f} % high, so every probe "
+            "would run out of memory; lower "
+            f"{section}.start"
+        )
+    problems.raise_if_any()
 
 
 # The verdicts of `predicted_frontiers`, as the totals count them (a verdict's words before its colon).

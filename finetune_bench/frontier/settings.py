@@ -17,6 +17,8 @@ from finetune_bench.inputs.validation import NOT_RUN, validate, validate_conditi
 BATCH_SIZE = "per_device_train_batch_size"
 SEQ_LENGTH = "max_seq_length"
 DIMENSIONS = (BATCH_SIZE, SEQ_LENGTH)
+# The inputs section that sets each dimension's search (in messages).
+SEARCH_SECTIONS = {BATCH_SIZE: "batch_size_search", SEQ_LENGTH: "seq_length_search"}
 
 
 def at_least(default: int, minimum: int) -> Any:
