@@ -85,9 +85,8 @@ def check_first_probes(searches: list[FrontierSearch], target: Target) -> None:
         problems.found.append(
             f"{section}.start {search.start} (arm {arm_name(search.arm)}): the memory model predicts "
             f"{predicted.memory.peak_reserved_bytes / GIB:.1f} GiB there, above the "
-            f"{usable_bytes(memory) / GIB:.1f} GiB usable on {gpu} even if it is {MARGIN * 100:.0f} % high, so every probe "
-            "would run out of memory; lower "
-            f"{section}.start"
+            f"{usable_bytes(memory) / GIB:.1f} GiB usable on {gpu} even if it is {MARGIN * 100:.0f} % high, so "
+            f"every probe would run out of memory; lower {section}.start"
         )
     problems.raise_if_any()
 
