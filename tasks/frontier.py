@@ -15,6 +15,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
+from finetune_bench.frontier.claims import check_claim
 from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.predicted import (
     check_first_probes,
@@ -88,6 +89,7 @@ def plan_frontier(
     gpu_memory_gib: float = 0.0,
     measure_throughput: bool = True,
     dry_run: bool = False,
+    claim: str = "",
 ) -> FrontierPlan:
     """Validate the inputs (before anything is downloaded or probed) and list the searches, with the settings of
     the throughput runs; every problem is reported at once. With throughput runs to log to W&B (`measure_throughput`
@@ -106,6 +108,7 @@ def plan_frontier(
         lambda: None if dry_run else check_gpus_here([training_args]),
         lambda: check_cap_fits_target([training_args], target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))),
         lambda: check_first_probes(searches, probe_target(gpu_kind, gpu_memory_gib, dry_run)),
+        lambda: check_claim(claim, searches),
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     notes = [] if dry_run or not measure_throughput else throughput_notes(results_store)
@@ -231,12 +234,13 @@ def report_frontier(
     planned: list[PlannedRun],
     outputs: list[TrainOutput | None],
     execution: RunSettings | None = None,
+    claim: str = "",
 ) -> FrontierReport:
     """Frontier table (one row per search), probe table, throughput table, the HTML report (also the Deck),
     and the problems that left a measured throughput run unstored, unlogged or unexported. With the throughput
     runs' `execution`, the report opens with what a cluster execution did not keep of them (`throughput_notes`)."""
     throughput = analyze_grid(planned, *unpack(outputs))
-    report = build_frontier_report(searches, results, throughput, inputs_file_argument())
+    report = build_frontier_report(searches, results, throughput, inputs_file_argument(), claim)
     notes = throughput_notes(execution.results_store) if planned and execution is not None else []
     if notes:
         warnings = "".join(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>' for note in notes)

@@ -80,6 +80,7 @@ def measure_frontiers(
     arms: list[FrontierArm] | None,
     measure_throughput: bool,
     n_runs: int,
+    claim: str = "",
 ) -> FrontierOutputs:
     """Download the model and data, run the searches, then (optionally) the throughput runs, and report."""
     # Each use reads the plan's attribute anew: flytekit's local run resolves an attribute promise in place, so one
@@ -109,6 +110,7 @@ def measure_frontiers(
         planned=throughput.runs,
         outputs=outputs,
         execution=throughput.execution,
+        claim=claim,
     )
     # After the outputs are written: the execution fails when a measured run was not stored, logged or exported.
     require_nothing_lost(problems=problems)
@@ -136,6 +138,7 @@ def memory_frontier(
     dry_run: bool = False,
     gpu_kind: str = "",
     gpu_memory_gib: float = 0.0,
+    claim: str = "",
 ) -> FrontierOutputs:
     """Returns the frontier table (one row per arm × dimension), every probe, the throughput runs at the
     frontiers (empty unless measure_throughput) and the HTML report.
@@ -144,6 +147,8 @@ def memory_frontier(
     finished runs in `results_store` and reuses them unless `force_fresh` (see workflows/benchmark.py).
     `dry_run`: nothing is downloaded or probed; the outputs are each search's predicted frontier on `gpu_kind`
     (empty: the train task's accelerator; `gpu_memory_gib` overrides its memory), see docs/prediction.md.
+    `claim`: a published claim the report sets beside what was measured (`finetune_bench.frontier.claims.CLAIMS`,
+    e.g. liger-readme-context-length; empty: none).
     """
     plan = plan_frontier(
         training_args=training_args,
@@ -161,6 +166,7 @@ def memory_frontier(
         gpu_memory_gib=gpu_memory_gib,
         measure_throughput=measure_throughput,
         dry_run=dry_run,
+        claim=claim,
     )
     frontiers, probe_table, throughput, report = (
         conditional("dry_run")
@@ -174,6 +180,7 @@ def memory_frontier(
                 arms=arms,
                 measure_throughput=measure_throughput,
                 n_runs=n_runs,
+                claim=claim,
             )
         )
     )

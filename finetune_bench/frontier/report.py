@@ -17,6 +17,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import GIB, hardware_label
+from finetune_bench.frontier.claims import CLAIMS, claim_tables
 from finetune_bench.frontier.search import (
     FOUND,
     NOTHING_FITS,
@@ -345,14 +346,32 @@ def what_was_measured(
     }  # fmt: skip
 
 
+def claim_html(name: str, searches: list[FrontierSearch], frontiers: pd.DataFrame, simulated: bool) -> str:
+    """The claim named `name` beside what the searches measured, and its setup beside theirs."""
+    claim = CLAIMS[name]
+    claimed, setups = claim_tables(name, searches, frontiers)
+    note = f" ({SIMULATED}: this checks the report, not the claim)" if simulated else ""
+    return (
+        f"<h3>The claim and the measurement</h3><p>{html.escape(claim.source)}: “{html.escape(claim.statement)}” "
+        f"Along {html.escape(claim.dimension)}: what it says of each arm, and what the searches measured"
+        f"{html.escape(note)}. agrees: the size claimed to train trains here, and the size claimed to run out of "
+        "memory is at or above the first size that ran out here.</p>"
+        + wrapping_table_html(_for_display(claimed))
+        + "<p>The setups: the claim's as its source states it, this frontier's from its settings.</p>"
+        + wrapping_table_html(setups)
+    )
+
+
 def build_frontier_report(
     searches: list[FrontierSearch],
     results: list[FrontierResult | None],
     throughput: GridAnalysis | None = None,
     inputs_file: str = "",
+    claim: str = "",
 ) -> Report:
     """The report: frontiers and ratios, every probe, and throughput at the frontiers when it was measured;
-    `inputs_file`: the file a local run was given (its header names it)."""
+    `inputs_file`: the file a local run was given (its header names it); `claim`: a published claim
+    (`frontier.claims.CLAIMS`) set beside what was measured."""
     frontiers = frontier_table(searches, results)
     probes = probes_table(results)
     environment = dict(next((r.environment for r in results if r is not None and r.environment), {}))
@@ -387,6 +406,8 @@ def build_frontier_report(
             ratios["note"] = [f"{note}; {SIMULATED}" if note else SIMULATED for note in ratios["note"]]
         summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
         summary.append(wrapping_table_html(_for_display(ratios)))
+    if claim:
+        summary.append(claim_html(claim, searches, frontiers, simulated))
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         f"of memory{' (simulated)' if simulated else ''}, the peak memory of the probe at the frontier (GiB) against "

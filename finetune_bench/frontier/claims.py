@@ -1,0 +1,111 @@
+"""Published memory claims a frontier can be checked against: what was claimed, on what setup, and the same
+questions asked of what the searches measured.
+
+An inputs file names one with the workflow's `claim` input (`CLAIMS`' keys); the report then sets the claim and the
+measurement side by side, with the claim's setup beside the searches' so that every difference shows
+(`claim_tables`). A claim is about one searched dimension: the search of that dimension must run."""
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from finetune_bench.frontier.settings import SEARCH_SECTIONS, SEQ_LENGTH, FrontierSearch
+from finetune_bench.inputs.errors import SpecError, closest
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A published claim about how far each arm goes along one dimension before it runs out of memory."""
+
+    source: str
+    statement: str
+    dimension: str
+    # Per arm: (the largest size claimed to train or None, the smallest claimed to run out of memory or None).
+    frontiers: dict[str, tuple[int | None, int | None]]
+    # The setup it was measured on, by the names of this project's settings where it has them.
+    setup: dict[str, str]
+
+
+CLAIMS = {
+    "liger-readme-context-length": Claim(
+        source="Liger-Kernel's README (benchmark note 2)",
+        statement="HuggingFace models start to OOM at a 4K context length, whereas Liger Kernel scales up to 16K.",
+        dimension=SEQ_LENGTH,
+        frontiers={"baseline": (None, 4096), "liger": (16384, None)},
+        setup={
+            "model": "LLaMA 3-8B",
+            "per_device_train_batch_size": "8",
+            "dtype": "bf16",
+            "optim": "AdamW",
+            "gradient_checkpointing": "True",
+            "parallelism": "FSDP1",
+            "GPUs": "8 A100 (80 GB)",
+        },
+    ),
+}
+
+
+def check_claim(name: str, searches: list[FrontierSearch]) -> None:
+    """`name` is a known claim, and the searches include its dimension's."""
+    if not name:
+        return
+    if name not in CLAIMS:
+        raise SpecError(f"claim: no claim {name!r}{closest(name, list(CLAIMS))}; known: {list(CLAIMS)}")
+    claim = CLAIMS[name]
+    if not any(search.dimension == claim.dimension for search in searches):
+        section = SEARCH_SECTIONS[claim.dimension]
+        raise SpecError(f"claim {name!r} is about {claim.dimension}, which no search probes: enable {section}")
+
+
+def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
+    """(claimed against measured, one row per arm the claim names; the claim's setup against the searches' own, one
+    row per setting). An arm the searches did not probe is measured as "not searched"."""
+    claim = CLAIMS[name]
+    rows = []
+    measured = frontiers[frontiers["dimension"] == claim.dimension].set_index("arm")
+    for arm, (fits, runs_out) in claim.frontiers.items():
+        row = {
+            "arm": arm,
+            "claimed: trains up to": fits,
+            "claimed: runs out of memory at": runs_out,
+        }
+        if arm in measured.index:
+            found = measured.loc[arm]
+            row["measured: trains up to"] = found.get("frontier")
+            row["measured: runs out of memory at"] = found.get("first_oom")
+            row["agrees"] = _agrees(fits, runs_out, found.get("frontier"), found.get("first_oom"))
+        else:
+            row["measured: trains up to"] = row["measured: runs out of memory at"] = None
+            row["agrees"] = "not searched"
+        rows.append(row)
+    search = next(s for s in searches if s.dimension == claim.dimension)
+    setup = _setup_of(search)
+    setups = [
+        {"setting": key, "claim": value, "this frontier": setup.get(key, "")} for key, value in claim.setup.items()
+    ]
+    return pd.DataFrame(rows), pd.DataFrame(setups)
+
+
+def _agrees(fits: int | None, runs_out: int | None, frontier: object, first_oom: object) -> str:
+    """Whether what was measured agrees with what was claimed: the claimed size trains (it is at most the measured
+    frontier) and the claimed out-of-memory size does not (it is at least the first size measured to run out)."""
+    verdicts = []
+    if fits is not None:
+        verdicts.append(pd.notna(frontier) and fits <= int(frontier))
+    if runs_out is not None:
+        verdicts.append(pd.notna(first_oom) and runs_out >= int(first_oom))
+    return "yes" if all(verdicts) else "no"
+
+
+def _setup_of(search: FrontierSearch) -> dict[str, str]:
+    t = search.training_args
+    gpus = f"{t.world_size}" + (f" (each capped to {t.gpu_memory_cap_gib:g} GiB)" if t.gpu_memory_cap_gib else "")
+    return {
+        "model": t.model_name,
+        "per_device_train_batch_size": str(t.per_device_train_batch_size),
+        "dtype": t.dtype,
+        "optim": t.optim,
+        "gradient_checkpointing": str(t.gradient_checkpointing),
+        "parallelism": {"fsdp": "FSDP2", "ddp": "DDP"}.get(t.parallelism, t.parallelism) if t.world_size > 1 else "",
+        "GPUs": gpus,
+    }
