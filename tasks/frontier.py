@@ -34,6 +34,7 @@ from finetune_bench.frontier.settings import (
     SeqLengthSearch,
     arm_name,
     frontier_arms,
+    no_axes,
     plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
@@ -50,6 +51,7 @@ from tasks.plan import (
     PLANNING_TASK,
     check_cap_fits_target,
     check_gpus_here,
+    check_nodes_here,
     check_output_locations,
     check_wandb_key,
     checked,
@@ -106,6 +108,7 @@ def plan_frontier(
     checked(  # what needs the searches: the GPUs they run on, and their first probes against the memory model
         lambda: None,
         lambda: None if dry_run else check_gpus_here([training_args]),
+        lambda: None if dry_run else check_nodes_here(no_axes(), training_args),
         lambda: check_cap_fits_target([training_args], target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))),
         lambda: check_first_probes(searches, probe_target(gpu_kind, gpu_memory_gib, dry_run)),
         lambda: check_claim(claim, searches),

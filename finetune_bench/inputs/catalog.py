@@ -18,6 +18,12 @@ CRITERIA = tuple(dict.fromkeys(path.criterion for path in LOSS_PATHS))
 # What the plain loop computes: every criterion but TRL's chunked loss (TRL's SFTTrainer's own).
 PLAIN_LOOP_CRITERIA = tuple(criterion for criterion in CRITERIA if criterion != "trl")
 
+GIB = 2**30
+# What torch cannot reserve of nvidia-smi's total: the driver's own reserve and the CUDA context (on an H100, torch
+# sees 79.18 of 79.65 GiB and the context takes 0.73 GiB of it; an H200's frontier probes reserved up to 138.8 GiB).
+# `prediction.gpus.usable_bytes` subtracts it; a GPU emulated smaller than it (`gpu_memory_cap_gib`) is refused.
+CUDA_CONTEXT_BYTES = 1.25 * GIB
+
 
 @dataclass(frozen=True)
 class Backend:

@@ -23,6 +23,8 @@ from finetune_bench.inputs.catalog import (
     ATTENTIONS,
     BACKENDS,
     BITSANDBYTES_OPTIMIZERS,
+    CUDA_CONTEXT_BYTES,
+    GIB,
     GPUS_PER_NODE,
     PARALLELISMS,
     SYNTHETIC_PREFIX,
@@ -444,8 +446,6 @@ def _check_memory_cap(training_args: TrainingArgs, where: str) -> None:
     """An emulated GPU size (`gpu_memory_cap_gib`) caps torch's CUDA allocator: nothing on a CPU, and a cap that
     leaves torch nothing once the CUDA context is counted could only run out of memory. Whether it is above the GPU
     is checked where the GPU is known (`prediction.grid.check_memory_cap`, and the run itself)."""
-    from finetune_bench.prediction.gpus import CUDA_CONTEXT_BYTES, GIB
-
     t = training_args
     if not t.gpu_memory_cap_gib:
         return

@@ -10,13 +10,9 @@ a prediction says which it used, and the report sets measured against predicted.
 
 from dataclasses import dataclass
 
+from finetune_bench.inputs.catalog import CUDA_CONTEXT_BYTES, GIB  # noqa: F401 (used here and named from here)
 from finetune_bench.inputs.errors import SpecError, closest
 from finetune_bench.measuring.flops import PEAK_BF16_DENSE_TFLOPS
-
-GIB = 2**30
-# What torch cannot reserve of nvidia-smi's total: the driver's own reserve and the CUDA context (on an H100, torch
-# sees 79.18 of 79.65 GiB and the context takes 0.73 GiB of it; an H200's frontier probes reserved up to 138.8 GiB).
-CUDA_CONTEXT_BYTES = 1.25 * GIB
 
 
 @dataclass(frozen=True)

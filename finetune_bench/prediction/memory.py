@@ -101,11 +101,11 @@ set from measurements rather than counted: H100 runs of Llama-3.2-1B and Phi-3-m
 reserved 1-5 % above their allocated peak when it was the backward pass's start, and 12-17 % when it was the
 optimizer step, whose per-parameter temporaries arrive after the backward pass has left the pool cut into
 activation-sized blocks that they do not fit. Under FSDP2 the backward pass's share is `FSDP2_ALLOCATOR_OVERHEAD`'s
-13.5 %: what decides whether a size fits is the reserve the allocator cannot give back once it reaches its limit
-(there it frees its cached blocks and retries), and at the edges of Llama-3-8B's sequence frontiers on four GPUs
-under a 79.6 GiB cap (docs/frontier.md) a share of 12.6-14.4 % above the predicted allocated peak separated every
-size that trained from every size that ran out (liger: 16,384 tokens trained with 67.7 GiB allocated and 78.3
-reserved, 17,408 ran out; the baseline: 3,072 trained, 4,096 ran out with 10.6 GiB reserved but unallocated). Below
+12.5 %: what decides whether a size fits is the reserve the allocator cannot give back once it reaches its limit
+(there it frees its cached blocks and retries). At the edges of Llama-3-8B's sequence frontiers on two and four GPUs
+under a 79.6 GiB cap (docs/prediction.md) it separates 6 of the 8 sizes that trained or ran out; the other two lie
+within 0.2 % of it on either side (the baseline at 4,096 tokens on four GPUs ran out at 12.65 %, liger at 13,312 on
+two trained at 12.46 %): the predicted frontier is right to one step of 1,024 tokens. Below
 the limit FSDP2 runs reserve far more than that, since nothing makes the allocator give its cache back: Llama-3-8B's
 uncapped runs on two and four GPUs (docs/measurements.md, docs/multi-gpu.md) reserved 29-88 % above their allocated
 peak, the ranks of one run up to 22.8 GiB apart (the baseline at 4 × 4,096: 41.7 GiB allocated, 55.8-78.6
@@ -174,7 +174,7 @@ MOMENT_PHASES = {
 }
 ALLOCATOR_OVERHEAD = {BACKWARD_START: 0.05, OPTIMIZER_STEP: 0.15, FORWARD: 0.05}
 # Under FSDP2, the reserve the allocator cannot give back when it reaches its limit, at the backward pass (see the
-# docstring): measured at the edges of Llama-3-8B's sequence frontiers on four GPUs under a 79.6 GiB cap.
+# docstring): measured at the edges of Llama-3-8B's sequence frontiers on two and four GPUs under a 79.6 GiB cap.
 FSDP2_ALLOCATOR_OVERHEAD = {**ALLOCATOR_OVERHEAD, BACKWARD_START: 0.125}
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -66,6 +66,11 @@ sweep:
 RANKS_INPUTS = BENCHMARK_INPUTS.replace("  arm: [liger, baseline]", "  num_nodes: [1, 2]") + (
     '  backend: "plain_loop"\n  device: "cpu"\n  num_gpus: 2\n  parallelism: "ddp"\n'
 )
+# A memory frontier on 2 nodes of 2 ranks each (a PyTorchJob: rank 0's pod searches, every rank trains each probe).
+FRONTIER_RANKS_INPUTS = FRONTIER_INPUTS.replace(
+    '  backend: "plain_loop"\n',
+    '  backend: "plain_loop"\n  device: "cpu"\n  num_gpus: 2\n  num_nodes: 2\n  parallelism: "ddp"\n',
+)
 # A software set of an older liger-kernel release (the h100 registration sweeps it).
 OLDER_LIGER = "liger-kernel==0.8.2"
 # name: (workflow file, workflow, inputs, registration environment, working directory: elsewhere or the project)
@@ -85,14 +90,17 @@ REGISTRATIONS = {
     "frontier_defaults": ("frontier", "memory_frontier", None, {}, "elsewhere"),
     "kernels": ("kernels", "kernel_benchmark", KERNEL_INPUTS, {}, "elsewhere"),
     "ranks": ("benchmark", "benchmarking_experiment", RANKS_INPUTS, {}, "elsewhere"),
+    "frontier_ranks": ("frontier", "memory_frontier", FRONTIER_RANKS_INPUTS, {}, "elsewhere"),
 }
 
 
 # The registrations executed whole, side by side.
-EXECUTED = ("benchmark", "frontier", "kernels", "ranks")
+EXECUTED = ("benchmark", "frontier", "kernels", "ranks", "frontier_ranks")
 # The frontier's execution (11 pods, about a minute and a half of both cores) runs only when its test is selected:
 # its test is marked slow, so `make test` executes the benchmark and the kernel benchmark alone.
 FRONTIER_TEST = "test_every_frontier_task_runs_in_its_pod"
+# Likewise the frontier's on several nodes (slow).
+FRONTIER_RANKS_TEST = "test_a_frontier_on_two_nodes_searches_in_rank_0_s_pod_and_trains_every_probe_on_all_ranks"
 
 
 def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
@@ -106,7 +114,7 @@ def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
 # (the registration code, tasks/registration.py, is the same for every workflow); every workflow's, the frontier's
 # included, is checked for local paths by tests/workflows/test_workflow.py::
 # test_package_serializes_every_workflow_without_docker_and_without_a_local_path.
-SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults")
+SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults", "frontier_ranks")
 
 
 def _registrations_needed(session: pytest.Session) -> list[str]:
@@ -117,6 +125,8 @@ def _registrations_needed(session: pytest.Session) -> list[str]:
             continue
         if item.name == FRONTIER_TEST:
             used.add("frontier")
+        if item.name == FRONTIER_RANKS_TEST:
+            used.add("frontier_ranks")
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "registration" in callspec.params:
             used.add(callspec.params["registration"])
@@ -190,7 +200,8 @@ def executions(registered, tmp_path_factory, request) -> dict[str, tuple[Cluster
     threads only wait for them): name -> (its cluster, its outputs or its failure). The frontier only when its
     (slow) test is among the selected ones."""
     selected = {item.name for item in request.session.items}
-    names = [name for name in EXECUTED if name != "frontier" or FRONTIER_TEST in selected]
+    slow_only = {"frontier": FRONTIER_TEST, "frontier_ranks": FRONTIER_RANKS_TEST}
+    names = [name for name in EXECUTED if name not in slow_only or slow_only[name] in selected]
     clusters = {name: _cluster(registered[name], tmp_path_factory.mktemp(name)) for name in names}
     with ThreadPoolExecutor(len(clusters)) as pool:
         running = {name: (cluster, pool.submit(cluster.execute)) for name, cluster in clusters.items()}
@@ -416,6 +427,22 @@ def test_every_frontier_task_runs_in_its_pod(executions):
     ran = {pod.task.rsplit(".", 1)[-1] for pod in cluster.pods}
     assert {"plan_frontier", "run_searches", "plan_frontier_throughput", "run_benchmark", "report_frontier"} <= ran
     assert any(task.startswith("map_search_memory_frontier") for task in ran)
+    assert len(outputs.literals) == 4
+
+
+@pytest.mark.slow
+def test_a_frontier_on_two_nodes_searches_in_rank_0_s_pod_and_trains_every_probe_on_all_ranks(executions):
+    """The search task of 2 nodes × 2 ranks is a PyTorchJob: two worker pods meet at the rendezvous, rank 0's pod runs
+    the search and returns its result, every probe trains on the 4 ranks of both pods."""
+    cluster, outputs = executions["frontier_ranks"]
+    outputs = outputs.result()
+    searching = [pod for pod in cluster.pods if "search_memory_frontier_2x2gpu" in pod.task]
+    assert len(searching) == 2 and [pod.env.get("PET_NNODES") for pod in searching] == ["2", "2"]
+    (rank0,) = [pod for pod in searching if pod.outputs is not None]
+    result = _python(rank0.outputs.literals["o0"])
+    assert result["status"] == "reached_cap" and result["frontier"] == 1, result["reason"]
+    assert [probe["status"] for probe in result["probes"]] == ["ok", "ok"]  # the probe and its confirmation
+    assert result["device_seconds"] == pytest.approx(4 * sum(probe["wall_time_s"] for probe in result["probes"]))
     assert len(outputs.literals) == 4
 
 

@@ -83,3 +83,54 @@ def test_a_search_on_two_ranks_under_the_fake_memory_model(tmp_path, tiny_datase
     oom = next(p for p in result.probes if p.status == "oom")
     assert oom.failed_phase == "set-up" and oom.failed_rank in (0, 1)
     assert _leftover_workers(tmp_path) == []
+
+
+def test_every_layout_but_one_gpu_has_a_module_level_elastic_search_task():
+    """As the benchmark's train tasks: a pod of the layout's GPUs (several nodes: a PyTorchJob), found in its container
+    by module and name."""
+    from collections import OrderedDict
+
+    from flytekit.models.task import Resources
+    from flytekit.tools.translator import get_serializable
+
+    import tasks.frontier_ranks
+    from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
+    from tasks.frontier_ranks import ELASTIC_SEARCH_TASKS, elastic_search_task_name
+    from tests.workflows.compiled import SETTINGS
+
+    assert set(ELASTIC_SEARCH_TASKS) == {(n, g) for n in NODE_COUNTS for g in GPUS_PER_NODE} - {(1, 1)}
+    for (nodes, gpus), elastic in ELASTIC_SEARCH_TASKS.items():
+        assert elastic.name == f"tasks.frontier_ranks.{elastic_search_task_name(nodes, gpus)}"
+        assert getattr(tasks.frontier_ranks, elastic_search_task_name(nodes, gpus)) is elastic
+    one_node = get_serializable(OrderedDict(), SETTINGS, ELASTIC_SEARCH_TASKS[1, 4]).template
+    assert {r.name: r.value for r in one_node.container.resources.requests}[Resources.ResourceName.GPU] == "4"
+    two_nodes = get_serializable(OrderedDict(), SETTINGS, ELASTIC_SEARCH_TASKS[2, 4]).template
+    assert two_nodes.type == "pytorch" and two_nodes.custom["workerReplicas"]["replicas"] == 2
+    assert two_nodes.custom["elasticConfig"]["nprocPerNode"] == 4
+
+
+def test_the_dynamic_node_maps_searches_on_four_gpus_over_the_layout_s_search_task():
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.types.directory import FlyteDirectory
+
+    from finetune_bench.inputs.plan import RunSettings
+    from tests.workflows.compiled import SETTINGS
+    from workflows.frontier import run_searches
+
+    args = TrainingArgs(backend="plain_loop", num_gpus=4, parallelism="fsdp")
+    searches = [
+        FrontierSearch(FrontierArm(arm), BATCH_SIZE, dataclasses.replace(args, arm=arm), 1, 8, 1, 1, 1, 600)
+        for arm in ("liger", "baseline")
+    ]
+    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
+    with FlyteContextManager.with_context(ctx) as ctx:
+        spec = run_searches.compile_into_workflow(
+            ctx,
+            run_searches._task_function,
+            searches=searches,
+            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+            model_dir=FlyteDirectory("s3://bucket/model"),
+            execution=RunSettings(concurrency=2, min_success_ratio=1.0),
+        )
+    (node,) = spec.nodes
+    assert ".map_search_memory_frontier_1x4gpu_" in node.array_node.node.task_node.reference_id.name
