@@ -70,15 +70,20 @@ demo: ## the offline CPU smoke run (inputs/smoke.yaml, a minute or two); ends wi
 # cost. A memory-frontier inputs file (one with arms / batch_size_search / seq_length_search / probes): each
 # search's predicted frontier.
 #   make plan INPUTS=inputs/phi3_alpaca.yaml PLAN_ARGS="--gpu_kind H100 --gpu_hour_price 3.5"
-PLAN_ARGS ?= --gpu_kind H100
+# The GPU is the inputs file's (its `accelerator` or `gpu_kind`), else PLAN_ARGS' `--gpu_kind`, else an H100, which the
+# plan then says it assumed.
+PLAN_ARGS ?=
+PLAN_DEFAULT_GPU := H100
+PLAN_GPU = $(if $(or $(findstring --gpu_kind,$(PLAN_ARGS)),$(shell grep -lE '^(accelerator|gpu_kind):' $(INPUTS) 2>/dev/null)),,--gpu_kind $(PLAN_DEFAULT_GPU))
 PLAN_WORKFLOW = $(if $(shell grep -lE '^(arms|batch_size_search|seq_length_search|probes):' $(INPUTS)),workflows/frontier.py memory_frontier,workflows/benchmark.py benchmarking_experiment)
 plan: $(VENV)/.installed ## a dry run of INPUTS: predicted memory, fits or not, GPU-hours; nothing trained
 	@if grep -qE '^sweep:' $(INPUTS); then \
 	  echo "$(INPUTS) is a kernel-benchmark inputs file: it has no dry run (each point takes seconds; see docs/kernels.md)"; \
 	  exit 2; fi
 	@mkdir -p $(RUN_DIR)
+	@$(if $(PLAN_GPU),echo "planning for an $(PLAN_DEFAULT_GPU): $(INPUTS) names no accelerator or gpu_kind (PLAN_ARGS=\"--gpu_kind KIND\" for another GPU)")
 	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run $(PLAN_WORKFLOW) \
-	  --inputs-file $(INPUTS) --dry_run $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
+	  --inputs-file $(INPUTS) --dry_run $(PLAN_GPU) $(PLAN_ARGS) > $(RUN_DIR)/plan.log 2>&1; status=$$?; \
 	  cat $(RUN_DIR)/plan.log; exit $$status
 
 # An inputs file written for the Union tutorial's workflow (use_liger, dataset, bf16, num_train_epochs, ...) converted

@@ -9,7 +9,7 @@ import pandas as pd
 from flytekit import current_context, task
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.kernels.report import build_kernel_report, comparison
+from finetune_bench.kernels.report import build_kernel_report, comparison, nothing_measured
 from finetune_bench.kernels.settings import (
     KernelBenchmarkSettings,
     check_software_sets_install,
@@ -87,4 +87,7 @@ def report_kernels(sweep: KernelBenchmarkSettings, rows: list[FlyteFile], not_be
     )
     if problems:  # measured, and not exported as asked: the run says so in its exit status
         raise click.ClickException("; ".join(problems))
+    failed = nothing_measured(table)
+    if failed:  # the report says what failed; the run says so in its exit status
+        raise click.ClickException(failed)
     return KernelOutputs(table, compared, report_file)

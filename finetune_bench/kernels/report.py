@@ -120,6 +120,19 @@ def summary(compared: pd.DataFrame) -> pd.DataFrame:
 MATCH_KEYS = ["kernel_name", "kernel_operation_mode", "metric_name", "x_name", "x_value"]
 
 
+def nothing_measured(rows: pd.DataFrame) -> str:
+    """What failed, when no kernel was measured (no row ended ok): each kernel's first reason; "" otherwise."""
+    if (rows.get("status", pd.Series(dtype=str)) == OK).any():
+        return ""
+    if rows.empty:
+        return "no kernel was measured: the sweep produced no row"
+    reasons = rows.drop_duplicates("kernel_name") if "kernel_name" in rows else rows.head(1)
+    said = "; ".join(
+        f"{row.get('kernel_name', '?')}: {row.get('reason', '') or 'no reason given'}" for _, row in reasons.iterrows()
+    )
+    return f"no kernel was measured, every one failed ({said})"
+
+
 def releases(rows: pd.DataFrame) -> pd.DataFrame:
     """Each software set's Liger kernel against the first set's (the sweep's reference), per kernel, mode, metric
     and x: both medians, the liger-kernel release each imported, and `speedup` (the reference set's time over this
@@ -129,7 +142,10 @@ def releases(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     rows = rows.assign(software_set=rows["software_set"].fillna(""))  # the installed set, read back from a CSV
     ok = rows[(rows["status"] == OK) & rows["y_value_50"].notna()]
-    ok = ok[[_role(k, p) == LIGER for k, p in zip(ok["kernel_name"], ok["kernel_provider"], strict=True)]]
+    liger = [_role(k, p) == LIGER for k, p in zip(ok["kernel_name"], ok["kernel_provider"], strict=True)]
+    ok = ok[pd.Series(liger, index=ok.index, dtype=bool)]  # a mask even when empty (an empty list selects columns)
+    if ok.empty:  # no set measured its Liger kernel (every child failed): nothing to compare
+        return pd.DataFrame()
     order = list(dict.fromkeys(rows["software_set"]))
     reference = order[0]
     keys = ["kernel_name", "kernel_operation_mode", "metric_name", "metric_unit", "x_name", "x_value"]

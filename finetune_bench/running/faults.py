@@ -21,11 +21,14 @@ A second switch, `FINETUNE_BENCH_FAKE_MEMORY_TOKENS=<N>`, is a fake memory model
 memory-frontier search: a run whose `per_device_train_batch_size × max_seq_length` (doubled for a
 baseline arm, which holds the logits) exceeds N runs out of memory at its first step.
 
-Never set in production; nothing else reads them.
+Never set in production. A run made while either is set is never kept in the results store, and a stored result
+that one made (an injected fault or the fake memory model named in its reason or error) is never reused
+(`switches_on`, `made_under_a_test_switch`).
 """
 
 import fnmatch
 import os
+import re
 import signal
 import time
 from typing import TYPE_CHECKING
@@ -41,6 +44,25 @@ RUN_ENV = "FINETUNE_BENCH_RUN"
 LAUNCHER_PID_ENV = "FINETUNE_BENCH_LAUNCHER_PID"
 FAULT_KINDS = ("oom", "cublas_oom", "error", "exit", "segfault", "sigkill", "hang", "nan", "interrupt")
 FAKE_MEMORY_ENV = "FINETUNE_BENCH_FAKE_MEMORY_TOKENS"
+# What a result made under one says (`maybe_inject`'s and `check_fake_memory`'s messages).
+_SWITCH_MARKS = re.compile(r"injected at step|injected error|fake memory model")
+
+
+def switches_on(run: str, ranks: int = 0) -> list[str]:
+    """The test-only switches that act on the run `<condition_id>#<run_number>` (on any of its `ranks` ranks, a run on
+    several GPUs): the fake memory model whenever it is set, a fault whose pattern matches the run. What a switch acts
+    on is no measurement: never stored. A fault planned for other runs leaves this one a measurement (a grid
+    interrupted on its last run resumes from the others)."""
+    on = [FAKE_MEMORY_ENV] if os.environ.get(FAKE_MEMORY_ENV) else []
+    ids = [run, *(f"{run}@rank{rank}" for rank in range(ranks))]
+    if any(planned_fault(run_id) is not None for run_id in ids):
+        on.append(FAULT_ENV)
+    return on
+
+
+def made_under_a_test_switch(reason: str, error_tail: str) -> bool:
+    """Whether a result's reason or error says a test-only switch made it (a stored one is then never reused)."""
+    return bool(_SWITCH_MARKS.search(reason or "") or _SWITCH_MARKS.search(error_tail or ""))
 
 
 def fake_memory_cost(batch_size: int, seq_length: int, liger: bool) -> int:
@@ -60,9 +82,10 @@ def check_fake_memory(batch_size: int, seq_length: int, liger: bool) -> None:
         raise torch.OutOfMemoryError(f"CUDA out of memory (fake memory model: {cost} > {capacity} token units)")
 
 
-def planned_fault() -> tuple[str, int] | None:
-    """The fault planned for this run, if any: (kind, step)."""
-    run = os.environ.get(RUN_ENV, "")
+def planned_fault(run: str | None = None) -> tuple[str, int] | None:
+    """The fault planned for the run `run` (`<condition_id>#<run_number>[@rank<r>]`; None: this process's run), if any:
+    (kind, step)."""
+    run = os.environ.get(RUN_ENV, "") if run is None else run
     for spec in filter(None, (part.strip() for part in os.environ.get(FAULT_ENV, "").split(";"))):
         kind, _, rest = spec.partition("@")
         step, _, pattern = rest.partition(":")

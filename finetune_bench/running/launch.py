@@ -34,7 +34,7 @@ from finetune_bench.results.store import (
 from finetune_bench.running import forkserver
 from finetune_bench.running.allocator import set_allocator
 from finetune_bench.running.device_lock import device_lock
-from finetune_bench.running.faults import LAUNCHER_PID_ENV, RUN_ENV
+from finetune_bench.running.faults import LAUNCHER_PID_ENV, RUN_ENV, made_under_a_test_switch, switches_on
 from finetune_bench.running.triton_cpu import INTERPRETER_ENV
 from finetune_bench.running.worker import (
     COLLECTIVE_TIMEOUT_ENV,
@@ -112,11 +112,14 @@ def child_env(run: PlannedRun, rank: int | None = None, quiet: bool = False) -> 
 
 
 def reuse_line(result: RunResult, key: str) -> str:
-    """What the console says of a run taken from the results store instead of measured: when and where it was
-    measured, its entry, and how to measure it again."""
+    """What the console says of a run taken from the results store instead of measured: how it ended, when and where
+    it was measured, its entry, and how to measure it again."""
     measured = result.details.get("measured_at") or "at an unrecorded time"
     gpu = result.environment.get("gpu_name") or result.details.get("device") or "an unrecorded device"
-    return f"reused the stored result {key}, measured {measured} on {gpu} (force_fresh: true measures it again)"
+    return (
+        f"reused the stored result {key} ({result.status}), measured {measured} on {gpu} (force_fresh: true measures "
+        "it again)"
+    )
 
 
 def not_launched(run: PlannedRun) -> RunResult:
@@ -367,13 +370,20 @@ def run_or_reuse(
 ) -> RunResult:
     """The stored result of `run` (same settings, sources, run number, hardware, software and measuring code) unless
     `force_fresh`; else train it in a child process (`run_in_child`) and store the result as soon as it ends.
-    `sources`: the versions of the dataset and the model (`finetune_bench.sources.versions`), part of the key.
+    `sources`: the versions of the dataset and the model (`finetune_bench.sources.versions`), part of the key. Under a
+    test-only switch that acts on the run (`running.faults.switches_on`) the store is neither read nor written, and a
+    stored result a switch made is never reused.
 
     The store never costs a measurement: an entry that does not match its checksums is reported and measured
     again (and replaced); a store that cannot be read or written leaves the run measured, with the failure
     in its `problems` (the grid then ends with a failing status)."""
     if run.refused or run.predicted_oom:  # nothing measured: nothing stored
         return not_launched(run)
+    switches = switches_on(f"{run.condition_id}#{run.run_number}")
+    if switches:  # a test-only switch makes no measurement: the store is neither read nor written
+        result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
+        result.details["test_switches"] = ", ".join(switches)
+        return result
     hardware = hardware_fingerprint()
     identity = run_identity(run, hardware, sources or {})
     key = identity_key(identity)
@@ -420,6 +430,9 @@ def stored_result(
     run's (`run_identity`), which the entry's manifest must record."""
     try:
         stored = store.load(key, work_dir, identity)
+        if stored is not None and made_under_a_test_switch(stored.reason, stored.error_tail):
+            logger.warning("%s: stored entry %s was made under a test-only switch; measuring it again", name, key)
+            return None, [], {"results_store": f"not reused: entry {key} was made under a test-only switch"}
         if stored is not None:
             stored.condition_id, stored.swept_axes = run.condition_id, list(run.swept_axes)
         return stored, [], {}

@@ -49,6 +49,7 @@ from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, STOPPED, TI
 from finetune_bench.results.store import ResultStore, hardware_fingerprint, identity_key, run_identity
 from finetune_bench.running import forkserver
 from finetune_bench.running.device_lock import device_lock
+from finetune_bench.running.faults import switches_on
 from finetune_bench.running.launch import child_env, not_launched, reuse_line, run_child, save_result, stored_result
 
 logger = logging.getLogger(__name__)
@@ -192,6 +193,9 @@ def run_on_ranks(
     if run.refused or run.predicted_oom:  # nothing to launch
         return not_launched(run) if place.rank == 0 else None
     store = launch_store(timeout_s + _SUMMARY_GRACE_S, namespace)
+    switches = switches_on(f"{run.condition_id}#{run.run_number}", place.world_size)
+    if switches:  # a test-only switch makes no measurement: the store is neither read nor written
+        results_store = None
     hardware = hardware_fingerprint()
     identity = run_identity(run, hardware, sources or {})
     key = identity_key(identity)
@@ -238,6 +242,8 @@ def run_on_ranks(
         merged.problems.extend(problems)
         if results_store is not None:
             merged.problems.extend(save_result(results_store, key, merged, identity, name))
+        if switches:
+            merged.details["test_switches"] = ", ".join(switches)
         merged.predicted_peak_reserved_bytes = run.predicted_peak_reserved_bytes
         merged.predicted_moment_allocated_bytes = dict(run.predicted_moment_allocated_bytes)
         return merged

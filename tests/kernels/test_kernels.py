@@ -19,6 +19,7 @@ from finetune_bench.kernels.report import (
     against_published,
     build_kernel_report,
     comparison,
+    nothing_measured,
     releases,
     releases_summary,
     summary,
@@ -298,3 +299,17 @@ def test_each_set_s_liger_kernel_is_compared_with_the_reference_set_s():
     report = build_kernel_report(rows, "llama-3-8b")
     assert "Releases" in report.sections and "0.8.5 vs 0.8.2" in report.sections["Summary"]
     assert releases(newer).empty  # one set: nothing to compare
+
+
+def test_a_sweep_whose_every_kernel_failed_is_reported_and_named():
+    """Two software sets on a machine where every kernel child failed (no GPU): the report is built, nothing is
+    compared, and what failed is said (the kernel task then exits non-zero with it)."""
+    failed = _gpu_rows().assign(status="error", reason="RuntimeError: 0 active drivers", y_value_50=float("nan"))
+    rows = pd.concat(
+        [failed.assign(software_set="liger-kernel==0.8.2"), failed.assign(software_set="")], ignore_index=True
+    )
+    assert releases(rows).empty
+    build_kernel_report(rows, "llama-3-8b")
+    said = nothing_measured(rows)
+    assert said.startswith("no kernel was measured, every one failed (") and "0 active drivers" in said
+    assert nothing_measured(_gpu_rows()) == ""

@@ -121,9 +121,10 @@ def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.Compl
 
 
 def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs(tmp_path):
-    """The smoke grid (liger × batch 1, 2): liger batch 2 runs out of memory at step 2, baseline batch 1's
-    loss turns NaN, and the whole workflow is killed when baseline batch 2 starts. The re-run keeps the
-    three finished runs and trains only the fourth."""
+    """The smoke grid (liger × batch 1, 2): liger batch 2 runs out of memory at step 2 and baseline batch 1's loss
+    turns NaN (injected faults), and the whole workflow is killed when baseline batch 2 starts. What the faults made is
+    no measurement: only liger batch 1, which no fault touched, is kept. The re-run, without faults, reuses it and
+    trains the other three."""
     store, export = tmp_path / "store", tmp_path / "export"
     interrupted = _pyflyte_run(
         tmp_path / "unused",
@@ -133,30 +134,21 @@ def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs
         "interrupt@0:arm=baseline,per_device_train_batch_size=2#0",
     )
     assert interrupted.returncode != 0
-    assert len(list(store.glob("*/result.json"))) == 3, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
+    assert len(list(store.glob("*/result.json"))) == 1, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
 
     resumed = _pyflyte_run(export, store)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     results = pd.read_csv(export / "results.csv").set_index(["arm", "per_device_train_batch_size"])
-    assert results["status"].to_dict() == {
-        ("liger", 1): "ok", ("liger", 2): "oom", ("baseline", 1): "nonfinite", ("baseline", 2): "ok"
-    }  # fmt: skip
+    assert set(results["status"]) == {"ok"}
     assert results["reused"].to_dict() == {
-        ("liger", 1): True, ("liger", 2): True, ("baseline", 1): True, ("baseline", 2): False
+        ("liger", 1): True, ("liger", 2): False, ("baseline", 1): False, ("baseline", 2): False
     }  # fmt: skip
-    assert results.loc[("liger", 2), "reason"].startswith("out of memory at step 3")
-    assert results.loc[("baseline", 1), "reason"] == "non-finite loss: the loss is nan at step 2"
     steps = pd.read_csv(export / "steps.csv")
-    assert steps.groupby("condition_id").size().to_dict() == {
-        "arm=liger,per_device_train_batch_size=1": 4,
-        "arm=liger,per_device_train_batch_size=2": 2,
-        "arm=baseline,per_device_train_batch_size=1": 2,
-        "arm=baseline,per_device_train_batch_size=2": 4,
-    }
+    assert set(steps.groupby("condition_id").size()) == {4}
     report = (export / "report.html").read_text()
     # a resumed grid reports every run, and says which were measured by the interrupted execution
-    assert "3 of 4 runs reused from the results store, measured " in report
-    assert (resumed.stdout + resumed.stderr).count("reused the stored result") == 3
+    assert "1 of 4 runs reused from the results store, measured " in report
+    assert (resumed.stdout + resumed.stderr).count("reused the stored result") == 1
 
     # Secrets given to the workflow appear in no log, report, table, stored result or sandbox file.
     outputs = [interrupted.stdout, interrupted.stderr, resumed.stdout, resumed.stderr]

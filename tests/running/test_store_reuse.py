@@ -82,3 +82,43 @@ def test_a_store_that_cannot_be_read_measures_and_says_so(measured, tmp_path, mo
     assert not result.reused and len(measured) == 2
     assert any("cannot read entry" in p and "Permission denied" in p for p in result.problems)
     assert (tmp_path / "store" / run_key(RUN, hardware_fingerprint()) / MANIFEST_NAME).exists()
+
+
+def test_a_run_a_test_only_switch_acts_on_is_never_stored(measured, tmp_path, monkeypatch):
+    """The fake memory model, or a fault planned for this run: measured, never stored, said in its details; a fault
+    planned for another run leaves this one a measurement, stored and reused."""
+    from finetune_bench.running.faults import FAKE_MEMORY_ENV, FAULT_ENV
+
+    store = ResultStore(str(tmp_path / "store"))
+    monkeypatch.setenv(FAKE_MEMORY_ENV, "64")
+    faked = reuse(store, tmp_path)
+    assert faked.details["test_switches"] == FAKE_MEMORY_ENV and not list((tmp_path / "store").glob("*/*"))
+    monkeypatch.delenv(FAKE_MEMORY_ENV)
+    monkeypatch.setenv(FAULT_ENV, f"oom@1:{RUN.condition_id}#{RUN.run_number}")
+    assert reuse(store, tmp_path).details["test_switches"] == FAULT_ENV
+    assert not list((tmp_path / "store").glob("*/*")) and len(measured) == 2
+    monkeypatch.setenv(FAULT_ENV, "oom@1:arm=liger#0")  # another run's
+    assert "test_switches" not in reuse(store, tmp_path).details
+    assert reuse(store, tmp_path).reused and len(measured) == 3
+
+
+def test_a_stored_result_a_test_switch_made_is_never_reused(measured, tmp_path, caplog):
+    """An entry kept by a store from before: its reason names an injected fault, so it is measured again."""
+    store = ResultStore(str(tmp_path / "store"))
+    key = run_key(RUN, hardware_fingerprint())
+    injected = RunResult(
+        RUN.condition_id, RUN.run_number, RUN.swept_axes, RUN.training_args, status="oom",
+        reason="out of memory at step 2: CUDA out of memory. Tried to allocate 2.00 GiB (injected at step 1)",
+    )  # fmt: skip
+    store.save(key, injected)
+    again = reuse(store, tmp_path)
+    assert not again.reused and again.status == "ok" and len(measured) == 1
+    assert "made under a test-only switch" in again.details["results_store"] and "test-only switch" in caplog.text
+
+
+def test_the_console_line_of_a_reused_run_says_how_it_ended(measured, tmp_path, caplog):
+    store = ResultStore(str(tmp_path / "store"))
+    reuse(store, tmp_path)
+    with caplog.at_level("WARNING"):
+        reuse(store, tmp_path)
+    assert f"reused the stored result {run_key(RUN, hardware_fingerprint())} (ok), measured" in caplog.text
