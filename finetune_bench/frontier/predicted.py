@@ -11,7 +11,7 @@ from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.search import largest_predicted_fit
 from finetune_bench.frontier.settings import SEARCH_SECTIONS, FrontierSearch, arm_name
 from finetune_bench.inputs.errors import Problems
-from finetune_bench.prediction.gpus import GIB, describe_gpu, emulated_memory_bytes, usable_bytes
+from finetune_bench.prediction.gpus import GIB, caps_text, describe_gpu, emulated_memory_bytes, usable_bytes
 from finetune_bench.prediction.grid import (
     MARGIN,
     OOM,
@@ -38,6 +38,7 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
     rows = []
     for search in searches:
         row = {"arm": arm_name(search.arm), "dimension": search.dimension, "start": search.start, "cap": search.cap}
+        row["gpu_memory_cap_gib"] = search.training_args.gpu_memory_cap_gib
         guide, why = memory_guide(dataclasses.replace(search, guided=True), target.memory_bytes)
         if guide is None:
             rows.append({**row, "predicted_frontier": None, "not_predicted": why})
@@ -135,6 +136,7 @@ def plan_totals(table: pd.DataFrame, target: Target) -> list[str]:
     lines = [
         f"target GPU: {target.describe()}"
         + (f", {gib_text(usable.iloc[0])} GiB usable by torch" if len(usable) else "")
+        + caps_text(table.get("gpu_memory_cap_gib", pd.Series(dtype=float)))
     ]
     verdicts = pd.Series([_verdict(row).split(":")[0] for row in table.to_dict("records")], dtype=object)
     counts = ", ".join(f"{n} {verdict}" for verdict, n in verdicts.value_counts(sort=False).items())

@@ -11,7 +11,7 @@ from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.rules import check_fields, check_list, is_integer, requirement, setting
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
-from finetune_bench.inputs.validation import NOT_RUN, validate, validate_condition
+from finetune_bench.inputs.validation import NOT_RUN, check_settings_act, validate, validate_condition
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.
 BATCH_SIZE = "per_device_train_batch_size"
@@ -239,6 +239,8 @@ def plan_searches(
                 guided=probes.guided,
             )
         )
+    with unrunnable.check():  # every probe's settings together, as a benchmark grid's conditions
+        check_settings_act([s.training_args for s in searches])
     unrunnable.raise_if_any()
     return searches
 
@@ -310,10 +312,13 @@ def _check_data_fits(training_args: TrainingArgs, ranges: list["_Range"]) -> Non
     if not training_args.dataset_name.startswith(SYNTHETIC_PREFIX):
         return
     largest = {r.dimension: r.cap for r in ranges}
-    if BATCH_SIZE in largest and training_args.synthetic_num_examples < largest[BATCH_SIZE]:
+    ranks = training_args.world_size
+    if BATCH_SIZE in largest and training_args.synthetic_num_examples < largest[BATCH_SIZE] * ranks:
+        on_ranks = f" × {ranks} GPUs (each rank its own batch)" if ranks > 1 else ""
         raise SpecError(
             f"training_args.synthetic_num_examples ({training_args.synthetic_num_examples}) is below "
-            f"batch_size_search.cap ({largest[BATCH_SIZE]}): a batch cannot hold more examples than the dataset has"
+            f"batch_size_search.cap ({largest[BATCH_SIZE]}){on_ranks}: a step cannot take more examples than the "
+            "dataset has"
         )
     longest = max(largest.get(SEQ_LENGTH, 0), training_args.max_seq_length if BATCH_SIZE in largest else 0)
     if training_args.synthetic_min_words < longest:

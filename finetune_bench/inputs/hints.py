@@ -62,6 +62,9 @@ def _other_section(cls: type, key: str, elsewhere: Mapping[str, type], unsweepab
     ]
     if not sections:
         return ""
+    if sections == [""]:  # a plain input of the workflow (`inputs.reading.TOP_LEVEL`)
+        return f": it is an input of the workflow, not of a section; write it at the top level of the file ({key}: ...)"
+    sections = [name for name in sections if name]
     if len(sections) == 1:
         return f": it is a setting of {sections[0]}; write it under {sections[0]}:"
     return f": it is a setting of {' and '.join(sections)}; write it under the one it is meant for"

@@ -10,6 +10,7 @@ from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_a
 from finetune_bench.inputs.validation import (
     MAX_RUNS,
     check_grid_size,
+    check_settings_act,
     condition_count,
     validate,
     validate_condition,
@@ -125,6 +126,8 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
             for problem in error.problems:
                 unrunnable.setdefault(_CONDITION.sub("", problem), []).append(_CONDITION.search(problem))
     problems.found.extend(_with_conditions(problem, where) for problem, where in unrunnable.items())
+    with problems.check():
+        check_settings_act([dataclasses.replace(training_args, **point) for point in grid], axes)
     problems.raise_if_any()
     return [
         PlannedRun(

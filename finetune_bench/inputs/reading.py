@@ -68,6 +68,10 @@ _INSTEAD = {
 }
 
 
+# The name `_sections` gives the workflow's plain inputs (those that are no section), as if they were one.
+TOP_LEVEL = ""
+
+
 def section_pointer(key: str, interface: Mapping[str, tuple[Any, Any]], workflow: str) -> str:
     """Where `key`, which is no input of `workflow`, goes: under the section of `workflow` that has it as a setting,
     or, for another workflow's section, where this workflow takes what it holds; "" when neither."""
@@ -85,14 +89,19 @@ def section_pointer(key: str, interface: Mapping[str, tuple[Any, Any]], workflow
 
 def _sections(interface: Mapping[str, tuple[Any, Any]], but: str) -> dict[str, type]:
     """The settings sections of a workflow (input name → its dataclass, the item's for a list of them) other than
-    `but`: where a key that is not a setting of `but` may belong."""
-    sections = {}
+    `but`: where a key that is not a setting of `but` may belong; and, under `TOP_LEVEL`, the workflow's plain
+    inputs (a key such as `accelerator` or `force_fresh` written inside a section belongs at the top)."""
+    sections, plain = {}, []
     for name, (annotation, _) in interface.items():
         options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-        for option in options:
-            option = _list_item(option) or option
-            if name != but and isinstance(option, type) and issubclass(option, StrictFromJson):
-                sections[name] = option
+        section = [
+            o for o in (_list_item(o) or o for o in options) if isinstance(o, type) and issubclass(o, StrictFromJson)
+        ]
+        if section and name != but:
+            sections[name] = section[0]
+        elif not section:
+            plain.append(name)
+    sections[TOP_LEVEL] = dataclasses.make_dataclass("WorkflowInputs", [(name, object) for name in plain])
     return sections
 
 

@@ -7,6 +7,8 @@ import inspect
 import textwrap
 from typing import Any
 
+from finetune_bench.inputs.rules import field_scope
+
 
 def field_docs(cls: type) -> dict[str, str]:
     """Each field of dataclass `cls` → the comment lines right above its declaration, joined. A comment block
@@ -67,5 +69,8 @@ def section_reference(cls: type, title: str, intro: str = "") -> str:
         names = "<br>".join(f"`{f.name}`" for f in fields)
         types = "<br>".join(_cell(_type_name(f.type)) for f in fields)
         defaults = "<br>".join(_cell(f"`{_default(f)!r}`") for f in fields)
-        out.append(f"| {names} | {types} | {defaults} | {_cell(doc)} |")
+        # where the settings act, as declared beside them (`rules.acts_only`), once for the group
+        scopes = list(dict.fromkeys(scope.where for f in fields if (scope := field_scope(f)) is not None))
+        acts = "".join(f" Acts only {where} (set elsewhere: refused at planning)." for where in scopes)
+        out.append(f"| {names} | {types} | {defaults} | {_cell(doc + acts)} |")
     return "\n".join(out) + "\n"

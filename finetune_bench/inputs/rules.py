@@ -230,3 +230,32 @@ def _looks_like_float(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Where a setting acts: the conditions (a condition's TrainingArgs) for which `holds` is true, said in `where`.
+    Set (not its default) in a grid where it acts in no condition, the setting would change nothing: refused
+    (`inputs.validation.check_settings_act`)."""
+
+    holds: Callable[[Any], bool]
+    where: str
+
+
+_SCOPE = "scope"
+
+
+def acts_only(declared: Any, holds: Callable[[Any], bool], where: str) -> Any:
+    """The setting field `declared` (`setting`, `positive`, ... or a plain default) declared to act only in the
+    conditions where `holds(condition)`, described as `where` ("with LoRA (lora_rank above 0)")."""
+    if not isinstance(declared, dataclasses.Field):
+        declared = field(default=declared)
+    kind = {"default": declared.default} if declared.default is not dataclasses.MISSING else {}
+    if declared.default_factory is not dataclasses.MISSING:
+        kind = {"default_factory": declared.default_factory}
+    return field(**kind, metadata={**declared.metadata, _SCOPE: Scope(holds, where)})
+
+
+def field_scope(declared: dataclasses.Field) -> Scope | None:
+    """Where the setting `declared` acts (`acts_only`); None: everywhere."""
+    return declared.metadata.get(_SCOPE)

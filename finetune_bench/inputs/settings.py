@@ -35,6 +35,7 @@ from finetune_bench.inputs.model_overrides import (
     check_overrides_sweep,
 )
 from finetune_bench.inputs.rules import (
+    acts_only,
     check_field,
     check_fields,
     check_list,
@@ -91,6 +92,33 @@ class StrictFromJson:
         defaults here), which a check across settings must not read."""
 
 
+# Where settings act (`rules.acts_only`): predicates of a condition's TrainingArgs, and how messages say them.
+def _generated(t: Any) -> bool:
+    return t.dataset_name.startswith(catalog.SYNTHETIC_PREFIX)
+
+
+def _trains(t: Any) -> bool:
+    return BACKENDS[t.backend].trains if t.backend in BACKENDS else True
+
+
+def _lora(t: Any) -> bool:
+    return t.lora_rank > 0
+
+
+def _several_gpus(t: Any) -> bool:
+    return t.num_gpus * t.num_nodes > 1
+
+
+def _ddp(t: Any) -> bool:
+    return _several_gpus(t) and t.parallelism == "ddp"
+
+
+_WITH_GENERATED_DATA = "with generated data (a dataset_name of synthetic:...)"
+_WITH_A_REAL_DATASET = "with a hub or local dataset (generated data has no splits)"
+_ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
+_WHERE_IT_TRAINS = "where the backend trains (forward_only builds no optimizer and runs no backward)"
+_WITH_LORA = "with LoRA (lora_rank above 0)"
+_WITH_DDP = "with parallelism 'ddp' on several GPUs (num_gpus × num_nodes above 1)"
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
 # Profiled steps: a trace of a few steps shows every kernel; hundreds would make traces of gigabytes.
 MAX_PROFILE_STEPS = 100
@@ -127,19 +155,23 @@ class TrainingArgs(StrictFromJson):
     model_name: str = "random:tiny-llama"
     dataset_name: str = "synthetic:alpaca"
     # A `datasets` split expression ("train", "test", "train[:1000]").
-    dataset_split: str = "train"
+    dataset_split: str = acts_only(
+        "train", lambda t: not _generated(t), "with a hub or local dataset (generated data has no splits)"
+    )
     # The hub dataset's config (`datasets.load_dataset(name, config)`); empty: the default of a dataset
     # `finetune_bench.inputs.catalog.HUB_DATASETS` knows ("main" for the gsm8k ones), no config for any other.
     dataset_config: str = ""
     # Generated data only: how many examples, and the response length range in words.
-    synthetic_num_examples: int = positive(256)
-    synthetic_min_words: int = positive(8)
-    synthetic_max_words: int = positive(48)
+    synthetic_num_examples: int = acts_only(positive(256), _generated, _WITH_GENERATED_DATA)
+    synthetic_min_words: int = acts_only(positive(8), _generated, _WITH_GENERATED_DATA)
+    synthetic_max_words: int = acts_only(positive(48), _generated, _WITH_GENERATED_DATA)
     # How response lengths spread over [synthetic_min_words, synthetic_max_words]: `uniform` (every
     # length equally likely), `fixed` (every response synthetic_max_words long), `normal` (bell curve
     # around the midpoint, the range being ±3 standard deviations), `lognormal` (chat-like: mostly
     # short, median a quarter of the way up the range, a long tail; about 1 in 20 cut at the maximum).
-    synthetic_length_distribution: str = choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS)
+    synthetic_length_distribution: str = acts_only(
+        choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS), _generated, _WITH_GENERATED_DATA
+    )
     # Hugging Face config keys set to other values before the model is built, as comma-separated key=value pairs
     # ("num_hidden_layers=8,intermediate_size=14336"; a value is an integer, a float, true / false or a string).
     # Applied to the prepared model's config (the bundled one of `random:<architecture>`, a hub model's downloaded
@@ -210,15 +242,20 @@ class TrainingArgs(StrictFromJson):
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
     # the share of max_steps spent warming the learning rate up, and the weight decay.
-    optim: str = choice("adamw_torch", OPTIMIZERS)
-    learning_rate: float = positive(2e-5)
-    lr_scheduler_type: str = setting("cosine", check_scheduler)
-    warmup_ratio: float = fraction(0.0)
-    weight_decay: float = non_negative(0.0)
+    optim: str = acts_only(choice("adamw_torch", OPTIMIZERS), _trains, _WHERE_IT_TRAINS)
+    learning_rate: float = acts_only(positive(2e-5), _trains, _WHERE_IT_TRAINS)
+    lr_scheduler_type: str = acts_only(setting("cosine", check_scheduler), _trains, _WHERE_IT_TRAINS)
+    warmup_ratio: float = acts_only(
+        fraction(0.0),
+        lambda t: _trains(t) and t.lr_scheduler_type != "constant",
+        "with a schedule that warms up (lr_scheduler_type other than 'constant', whose rate never changes) and a "
+        "backend that trains",
+    )
+    weight_decay: float = acts_only(non_negative(0.0), _trains, _WHERE_IT_TRAINS)
     # A learning rate above 1 is refused as a slip of units (`2` for 2e-5) unless this is true: one that is meant.
     allow_learning_rate_above_1: bool = False
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
-    max_grad_norm: float = non_negative(1.0)
+    max_grad_norm: float = acts_only(non_negative(1.0), _trains, _WHERE_IT_TRAINS)
     # Seeds the model's random init, the data order and dropout; every run of a grid uses it, so repeats of a
     # condition train on the same batches and differ only by the machine's run-to-run noise.
     seed: int = setting(42, _seed_range)
@@ -255,9 +292,9 @@ class TrainingArgs(StrictFromJson):
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
     # "q_proj,v_proj"), scaled by lora_alpha / lora_rank, with dropout `lora_dropout` on their input.
     lora_rank: int = non_negative(0, " (0 is a full fine-tune)")
-    lora_alpha: int = positive(16)
-    lora_dropout: float = fraction(0.05)
-    lora_target_modules: str = setting("all-linear", _module_names)
+    lora_alpha: int = acts_only(positive(16), _lora, _WITH_LORA)
+    lora_dropout: float = acts_only(fraction(0.05), _lora, _WITH_LORA)
+    lora_target_modules: str = acts_only(setting("all-linear", _module_names), _lora, _WITH_LORA)
     # `auto`: the GPU when there is one, else the CPU; or `cuda` / `cpu`.
     device: str = choice("auto", DEVICES)
     # Several GPUs: `num_gpus` per node (1, 2, 4 or 8) on `num_nodes` nodes (1, 2, 4 or 8), each GPU a rank of
@@ -270,14 +307,16 @@ class TrainingArgs(StrictFromJson):
     # (`device: cpu`) the ranks are processes talking over gloo.
     num_gpus: int = choice(1, GPUS_PER_NODE)
     num_nodes: int = choice(1, NODE_COUNTS)
-    parallelism: str = choice("none", PARALLELISMS)
+    parallelism: str = acts_only(
+        choice("none", PARALLELISMS), _several_gpus, "on several GPUs (num_gpus × num_nodes above 1)"
+    )
     # How DDP overlaps the gradients' all-reduce with the backward (parallelism `ddp`; no effect otherwise): it
     # reduces the gradients bucket by bucket as the backward produces them, `ddp_bucket_cap_mb` MiB a bucket
     # (PyTorch's default 25: larger buckets, fewer and larger all-reduces, a longer one left after the backward);
     # `ddp_gradient_as_bucket_view` keeps each gradient inside its bucket (no copy into the bucket and back, one
     # gradient-sized buffer less; the plain loop only).
-    ddp_bucket_cap_mb: int = positive(25)
-    ddp_gradient_as_bucket_view: bool = False
+    ddp_bucket_cap_mb: int = acts_only(positive(25), _ddp, _WITH_DDP)
+    ddp_gradient_as_bucket_view: bool = acts_only(False, _ddp, _WITH_DDP)
     # The package releases the run trains with: "" (the installed packages) or pins joined by commas,
     # "liger-kernel==0.8.2" or "liger-kernel==0.8.2,transformers==5.17.0" (Python packages the project installs:
     # liger-kernel, transformers, trl, peft, accelerate, torchao, cut-cross-entropy, datasets, tokenizers,

@@ -4,6 +4,7 @@ declared (`finetune_bench.inputs.settings`)."""
 
 import dataclasses
 import math
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from finetune_bench.inputs import software_sets
@@ -35,6 +36,7 @@ from finetune_bench.inputs.locations import check_writable_location  # noqa: F40
 from finetune_bench.inputs.loss_paths import CCE_CRITERION, CCE_INSTALL_HINT, CCE_MODULE
 from finetune_bench.inputs.model_checks import lora_target_problem, position_table_problem
 from finetune_bench.inputs.model_overrides import check_model_config_overrides, config_at_planning
+from finetune_bench.inputs.rules import field_scope
 from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
@@ -63,6 +65,29 @@ def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_run
         validate_training_args(training_args)
     with problems.check():
         check_grid_size(experiment_args, n_runs)
+    problems.raise_if_any()
+
+
+def check_settings_act(conditions: Sequence[TrainingArgs], swept: Collection[str] = ()) -> None:
+    """Refuse every setting that a condition sets (not its default) but that acts in none of the grid's `conditions`:
+    where a setting acts is declared beside its field (`rules.acts_only`); such a setting would change nothing of
+    what is measured. A setting that acts in some conditions (the one-GPU point of a GPU-count sweep) is kept. `swept`:
+    the axes, named as experiment_args' in the message."""
+    problems = Problems()
+    for declared in dataclasses.fields(TrainingArgs):
+        scope = field_scope(declared)
+        if scope is None or not conditions:
+            continue
+        default = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
+        values = list(dict.fromkeys(getattr(t, declared.name) for t in conditions))
+        if values == [default] or any(scope.holds(t) for t in conditions):
+            continue
+        key = f"{'experiment_args' if declared.name in swept else 'training_args'}.{declared.name}"
+        shown = ", ".join(repr(value) for value in values if value != default)
+        problems.found.append(
+            f"{key} {shown} acts only {scope.where}, and no condition of the grid qualifies, so it would change "
+            f"nothing; leave it at its default ({default!r}) or set what it acts with"
+        )
     problems.raise_if_any()
 
 

@@ -84,3 +84,12 @@ def capped_gpu(gpu: str, cap_gib: float | str | None) -> str:
 def describe_gpu(gpu: str, args: "TrainingArgs") -> str:  # noqa: F821
     """`capped_gpu` of a run's settings."""
     return capped_gpu(gpu, args.gpu_memory_cap_gib)
+
+
+def caps_text(caps: "Iterable[float]") -> str:  # noqa: F821
+    """What a plan's target line adds for the runs' `gpu_memory_cap_gib` ("" when none is capped): each predicted
+    against the GPU it emulates."""
+    capped = sorted({float(cap) for cap in caps if cap})
+    if not capped:
+        return ""
+    return f"; capped to {' / '.join(f'{cap:g}' for cap in capped)} GiB (gpu_memory_cap_gib), predicted against that"

@@ -5,7 +5,7 @@ import html
 import pandas as pd
 
 from finetune_bench.analysis.numbers import number_text
-from finetune_bench.prediction.gpus import GIB, usable_bytes
+from finetune_bench.prediction.gpus import GIB, caps_text, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
 from finetune_bench.prediction.memory import PARTS
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text, span_text
@@ -52,7 +52,8 @@ def plan_totals(estimate: GridEstimate) -> list[str]:
     why = "".join(f"; {verdict}: {reason}" for verdict, reason in shared_reasons(e).items())
     lines = [
         f"target GPU: {e.target.describe()}"
-        + (f", {usable_bytes(e.target.memory_bytes) / GIB:.1f} GiB usable by torch" if e.target.memory_bytes else ""),
+        + (f", {usable_bytes(e.target.memory_bytes) / GIB:.1f} GiB usable by torch" if e.target.memory_bytes else "")
+        + caps_text(c.training_args.gpu_memory_cap_gib for c in e.conditions),
         f"conditions: {len(e.conditions)} ({', '.join(f'{n} {v}' for v, n in counts.items())}); runs: {e.runs} "
         f"({e.n_runs} per condition){why}",
     ]

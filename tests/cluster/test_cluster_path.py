@@ -67,7 +67,7 @@ RANKS_INPUTS = BENCHMARK_INPUTS.replace("  arm: [liger, baseline]", "  num_nodes
     '  backend: "plain_loop"\n  device: "cpu"\n  num_gpus: 2\n  parallelism: "ddp"\n'
 )
 # A memory frontier on 2 nodes of 2 ranks each (a PyTorchJob: rank 0's pod searches, every rank trains each probe).
-FRONTIER_RANKS_INPUTS = FRONTIER_INPUTS.replace(
+FRONTIER_RANKS_INPUTS = FRONTIER_INPUTS.replace("synthetic_num_examples: 16", "synthetic_num_examples: 64").replace(
     '  backend: "plain_loop"\n',
     '  backend: "plain_loop"\n  device: "cpu"\n  num_gpus: 2\n  num_nodes: 2\n  parallelism: "ddp"\n',
 )

@@ -44,3 +44,52 @@ def test_one_set_of_overrides_swept_in_two_spellings_is_refused():
     plan_runs(
         ExperimentArgs(model_config_overrides=["num_hidden_layers=1", "num_hidden_layers=2", ""]), TrainingArgs(), 1
     )
+
+
+@pytest.mark.parametrize(
+    ("experiment", "training", "refused"),
+    [
+        (
+            ExperimentArgs(),
+            TrainingArgs(backend="plain_loop", ddp_bucket_cap_mb=100),
+            "training_args.ddp_bucket_cap_mb 100",
+        ),
+        (ExperimentArgs(), TrainingArgs(backend="hf_trainer", lora_dropout=0.1), "training_args.lora_dropout 0.1"),
+        (
+            ExperimentArgs(learning_rate=[1e-5, 3e-5]),
+            TrainingArgs(backend="forward_only"),
+            "experiment_args.learning_rate 1e-05, 3e-05",
+        ),
+        (
+            ExperimentArgs(),
+            TrainingArgs(warmup_ratio=0.1, lr_scheduler_type="constant"),
+            "training_args.warmup_ratio 0.1",
+        ),
+        (ExperimentArgs(), TrainingArgs(dataset_split="train[:100]"), "training_args.dataset_split 'train[:100]'"),
+        (
+            ExperimentArgs(num_gpus=[1]),
+            TrainingArgs(backend="plain_loop", parallelism="fsdp"),
+            "training_args.parallelism 'fsdp'",
+        ),
+        (
+            ExperimentArgs(),
+            TrainingArgs(dataset_name="tatsu-lab/alpaca", synthetic_num_examples=64),
+            "training_args.synthetic_num_examples 64",
+        ),
+    ],
+)
+def test_a_setting_that_acts_in_no_condition_of_the_grid_is_refused(experiment, training, refused):
+    """Where each setting acts is declared beside its field; set in a grid where it acts nowhere, it is refused."""
+    found = [problem for problem in problems(experiment, training) if problem.startswith(refused)]
+    assert len(found) == 1, problems(experiment, training)
+    assert " acts only " in found[0] and "so it would change nothing; leave it at its default" in found[0]
+
+
+def test_a_setting_that_acts_in_some_conditions_is_kept():
+    """The one-GPU point of a GPU-count sweep trains without DDP, the others with it; LoRA settings beside a rank
+    sweep that includes a full fine-tune."""
+    plan_runs(
+        ExperimentArgs(num_gpus=[1, 2]), TrainingArgs(backend="plain_loop", parallelism="ddp", ddp_bucket_cap_mb=100), 1
+    )
+    plan_runs(ExperimentArgs(lora_rank=[0, 16]), TrainingArgs(backend="hf_trainer", lora_alpha=32), 1)
+    plan_runs(ExperimentArgs(), TrainingArgs(warmup_ratio=0.1, lr_scheduler_type="constant_with_warmup"), 1)

@@ -39,7 +39,7 @@ def test_the_console_line_says_when_and_where_the_reused_run_was_measured():
         environment={"gpu_name": "NVIDIA H100 80GB HBM3"},
     )  # fmt: skip
     assert reuse_line(result, "abc123") == (
-        "reused the stored result abc123, measured 2026-11-20 09:15 UTC on NVIDIA H100 80GB HBM3 "
+        "reused the stored result abc123 (ok), measured 2026-11-20 09:15 UTC on NVIDIA H100 80GB HBM3 "
         "(force_fresh: true measures it again)"
     )
     result.details, result.environment = {}, {}  # a record stored before runs said when they were measured
