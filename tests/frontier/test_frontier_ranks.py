@@ -13,7 +13,7 @@ from finetune_bench.running.faults import FAKE_MEMORY_ENV, FAULT_ENV
 from tests.running.test_ranks import _leftover_workers
 
 
-def _search_on_two_ranks(tmp_path, dataset_dir, model_dir, cap: int = 4):
+def _search_on_two_ranks(tmp_path, dataset_dir, model_dir, cap: int = 4, confirmations: int = 1):
     from flytekit.types.directory import FlyteDirectory
 
     from tasks.frontier_ranks import ELASTIC_SEARCH_TASKS
@@ -37,7 +37,7 @@ def _search_on_two_ranks(tmp_path, dataset_dir, model_dir, cap: int = 4):
         cap=cap,
         granularity=1,
         retries=0,
-        confirmations=1,
+        confirmations=confirmations,
         timeout_s=int(__import__("os").environ.get("T_PROBE_TIMEOUT", "240")),
     )
     return ELASTIC_SEARCH_TASKS[1, 2](
@@ -50,16 +50,17 @@ def test_a_rank_that_runs_out_of_memory_alone_ends_the_probe_and_the_search_find
 ):
     """Batch 2 runs out of memory on rank 1 only (an injected fault at its first step's end): the probe ends as out of
     memory at once (rank 0 is stopped, not left in a collective), names rank 1 and where it ran out, and the search,
-    whose probes all train on both ranks, finds batch 1 with its confirmation."""
+    whose probes all train on both ranks, finds batch 1 (two probes: no confirmation, to keep the test short; the
+    slow test below confirms)."""
     monkeypatch.setenv(FAULT_ENV, "oom@1:*per_device_train_batch_size=2*@rank1")
     monkeypatch.chdir(tmp_path)
-    result = _search_on_two_ranks(tmp_path, tiny_dataset_dir, tiny_model_dir, cap=4)
+    result = _search_on_two_ranks(tmp_path, tiny_dataset_dir, tiny_model_dir, cap=4, confirmations=0)
     assert result.status == FOUND, result.reason
     assert (result.frontier, result.first_oom) == (1, 2)
     by_value = {}
     for probe in result.probes:
         by_value.setdefault(probe.value, []).append(probe)
-    assert [p.status for p in by_value[1]] == ["ok", "ok"] and by_value[1][-1].phase == CONFIRMATION
+    assert [p.status for p in by_value[1]] == ["ok"]
     (oom,) = by_value[2]
     assert oom.status == "oom", oom.reason
     assert oom.reason.startswith("rank 1 (node 0, GPU 1): out of memory at step 2 (between phases)")
@@ -80,6 +81,7 @@ def test_a_search_on_two_ranks_under_the_fake_memory_model(tmp_path, tiny_datase
     monkeypatch.chdir(tmp_path)
     result = _search_on_two_ranks(tmp_path, tiny_dataset_dir, tiny_model_dir, cap=4)
     assert (result.status, result.frontier, result.first_oom) == (FOUND, 1, 2), result.reason
+    assert [p.phase for p in result.probes][-1] == CONFIRMATION and result.probes[-1].status == "ok"
     oom = next(p for p in result.probes if p.status == "oom")
     assert oom.failed_phase == "set-up" and oom.failed_rank in (0, 1)
     assert _leftover_workers(tmp_path) == []
