@@ -9,17 +9,8 @@
 #   OUTDIR  gets gpu.txt (the GPU), workflow.log, the workflow's outputs (report.html, results.csv, steps.csv, ...)
 #           and raw_results.tgz (each run's result.json, kept whatever happens to the analysis)
 # Where the project is installed (`make install`), `make run INPUTS=... RUN_DIR=...` runs the same workflow.
-set -euo pipefail
-if [ $# -ne 2 ]; then
-  echo "usage: scripts/gpu_check.sh INPUTS OUTDIR" >&2
-  exit 2
-fi
-inputs=$1; out=$2
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLYTECTL_CONFIG=$PWD/flyte-local.yaml
-export FINETUNE_BENCH_CACHE_DIR=/tmp/finetune_bench_cache FINETUNE_BENCH_EXPORT_DIR=$out
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+source "$(dirname "$0")/gpu_setup.sh"
+export FINETUNE_BENCH_EXPORT_DIR=$out
 python3 - "$inputs" <<'PY'
 import dataclasses, sys, yaml
 from finetune_bench.inputs.plan import plan_runs

@@ -8,17 +8,8 @@
 #   exported output (the report, environment.json, ...) with each probe's condition, result and log (kept whatever
 #   happens to the report).
 # Where the project is installed (`make install`), `make frontier FRONTIER_INPUTS=...` runs the same workflow.
-set -euo pipefail
-if [ $# -ne 2 ]; then
-  echo "usage: scripts/gpu_frontier.sh INPUTS OUTDIR" >&2
-  exit 2
-fi
-inputs=$1; out=$2
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLYTECTL_CONFIG=$PWD/flyte-local.yaml
-export FINETUNE_BENCH_CACHE_DIR=/tmp/finetune_bench_cache FINETUNE_BENCH_EXPORT_DIR=/tmp/frontier_outputs
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+source "$(dirname "$0")/gpu_setup.sh"
+export FINETUNE_BENCH_EXPORT_DIR=/tmp/frontier_outputs
 start=$(date +%s)
 rc=0
 # WORKFLOW_TIMEOUT_S (default none): stop the workflow then, and keep what its probes measured
