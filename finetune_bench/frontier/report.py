@@ -315,6 +315,13 @@ def _range_text(search: FrontierSearch) -> str:
     return f"{DIMENSION_LABELS[search.dimension]} {search.start} to {search.cap}{step} at {_fixed_setting(search)}"
 
 
+def _ranks_a_probe(searches: list[FrontierSearch], environment: dict[str, str]) -> str:
+    """ ", 4 GPUs a probe" where the probes train on several GPUs (", 2 ranks a probe" on a CPU); "" on one."""
+    ranks = max((s.training_args.world_size for s in searches), default=1)
+    unit = "ranks" if environment.get("device_type") == "cpu" else "GPUs"
+    return f", {ranks} {unit} a probe" if ranks > 1 else ""
+
+
 def what_was_measured(
     searches: list[FrontierSearch],
     environment: dict[str, str],
@@ -329,7 +336,7 @@ def what_was_measured(
     settings = [search.training_args for search in searches]
     steps = settings_text(settings, "max_steps")
     return {
-        "hardware": device_text(environment, gpu_memory_gib),
+        "hardware": device_text(environment, gpu_memory_gib) + _ranks_a_probe(searches, environment),
         "memory": "" if fake is None else (
             f"simulated: the fake memory model ({FAKE_MEMORY_ENV}{'=' + fake if fake else ''}) runs a probe out of "
             "memory, not the device"

@@ -66,3 +66,12 @@ def test_an_arm_the_searches_did_not_probe_is_said_so():
     frontiers = _frontiers((16384, 17408), (None, None)).iloc[:1]
     claimed, _ = claim_tables(LIGER_CLAIM, searches, frontiers)
     assert claimed.set_index("arm").loc["baseline", "agrees"] == "not searched"
+
+
+def test_the_report_header_names_the_capped_gpu_and_how_many_a_probe_trains_on():
+    from finetune_bench.frontier.report import what_was_measured
+
+    searches = [_search("liger"), _search("baseline")]
+    environment = {"gpu_name": "NVIDIA H200", "gpu_memory_bytes": str(150 * 2**30), "gpu_memory_cap_gib": "79.6"}
+    header = what_was_measured(searches, environment, 79.6, None, pd.DataFrame({"measured_at": []}))
+    assert header["hardware"] == "NVIDIA H200 capped to 79.6 GiB (gpu_memory_cap_gib), 4 GPUs a probe"
