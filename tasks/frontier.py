@@ -43,6 +43,7 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 from finetune_bench.prediction.grid import Target, check_plan_settings, target_gpu
+from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
 from tasks.execution import cluster_notes
@@ -112,6 +113,7 @@ def plan_frontier(
         lambda: check_cap_fits_target([training_args], target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))),
         lambda: check_first_probes(searches, probe_target(gpu_kind, gpu_memory_gib, dry_run)),
         lambda: check_claim(claim, searches),
+        lambda: software.check_all([training_args.software_set], "training_args.software_set"),
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)
     notes = [] if dry_run or not measure_throughput else throughput_notes(results_store)

@@ -38,8 +38,8 @@ _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s,=]+)\s*$")
 
 
 def parse(text: str, key: str = "training_args.software_set") -> dict[str, str]:
-    """The set's pins, by canonical package name in name order (`{}` for the installed set); every problem of
-    `text` in one SpecError naming `key`."""
+    """The set's pins, by canonical package name in name order, each version as PEP 440 normalizes it (`{}` for the
+    installed set); every problem of `text` in one SpecError naming `key`."""
     if not isinstance(text, str):
         raise SpecError(f"{key} must be a string of pins such as 'liger-kernel==0.8.2', got {text!r}")
     if not text.strip():
@@ -60,7 +60,7 @@ def parse(text: str, key: str = "training_args.software_set") -> dict[str, str]:
         elif name not in PINNABLE:
             problems.append(f"{key} {text!r}: {name} is not a package a set can pin; it can pin {', '.join(PINNABLE)}")
         try:
-            Version(version)
+            version = str(Version(version))  # as PEP 440 normalizes it: v0.8.2 and 0.8.2 are one release
         except InvalidVersion:
             problems.append(f"{key} {text!r}: {version!r} is not a version of {name} (PEP 440, e.g. 0.8.2)")
         if name in pins:

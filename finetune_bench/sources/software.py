@@ -40,7 +40,7 @@ from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import model_type
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.plan import PlannedRun
-from finetune_bench.inputs.software_sets import parse
+from finetune_bench.inputs.software_sets import INSTALLED, parse
 from finetune_bench.sources.cache import build_into, cache_root, slug
 
 
@@ -213,7 +213,27 @@ def check_all(texts: list[str], key: str) -> None:
             continue
         with problems.check():
             check(text, key)
+    with problems.check():
+        _check_not_the_installed_set_again(list(dict.fromkeys(texts)), key)
     problems.raise_if_any()
+
+
+def _check_not_the_installed_set_again(texts: list[str], key: str) -> None:
+    """Beside the installed set (''), a set whose every pin is the release installed here is the installed set again:
+    the grid would compare a release with itself."""
+    if INSTALLED not in texts:
+        return
+    for text in texts:
+        try:
+            pins = parse(text)
+        except SpecError:
+            continue
+        if pins and all(_same(installed_version(name), version) for name, version in pins.items()):
+            installed = ", ".join(f"{name} {version}" for name, version in pins.items())
+            raise SpecError(
+                f"{key} {text!r} pins the releases installed here ({installed}), so beside '' (the installed "
+                "packages) it compares a release with itself; pin another release, or leave one of the two out"
+            )
 
 
 def checked_runs(runs: list[PlannedRun], swept: bool) -> list[PlannedRun]:

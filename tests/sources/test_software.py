@@ -52,6 +52,20 @@ def test_two_spellings_of_one_set_are_one_set():
         ExperimentArgs.from_mapping({"software_set": ["liger-kernel==0.8.2", "liger_kernel == 0.8.2", ""]})
 
 
+def test_versions_are_compared_as_pep_440_normalizes_them():
+    assert software_sets.canonical("liger-kernel==v0.8.2") == software_sets.canonical("liger-kernel==0.8.2")
+    with pytest.raises(SpecError, match="'liger-kernel==0.8.2' and 'liger-kernel==v0.8.2' are the same set"):
+        ExperimentArgs.from_mapping({"software_set": ["liger-kernel==0.8.2", "liger-kernel==v0.8.2"]})
+
+
+def test_a_set_of_the_installed_releases_beside_the_installed_set_is_refused(own_cache):
+    """Beside '', a set pinning what is installed would compare a release with itself."""
+    installed = md.version("liger-kernel")
+    with pytest.raises(SpecError, match=rf"'liger-kernel=={installed}' pins the releases installed here"):
+        software.check_all(["", f"liger-kernel=={installed}"], "experiment_args.software_set")
+    software.check_all([f"liger-kernel=={installed}"], "training_args.software_set")  # alone: the installed set
+
+
 def test_a_pin_of_the_installed_release_needs_no_overlay(own_cache):
     installed = md.version("liger-kernel")
     assert software.prepare(f"liger-kernel=={installed}") == software.PreparedSet({"liger-kernel": installed}, None)
