@@ -11,7 +11,7 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.inputs.arms import component_notes
+from finetune_bench.inputs.arms import component_notes, parse_arm
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
@@ -132,6 +132,16 @@ def check_gpus_here(conditions: list[TrainingArgs]) -> None:
             continue
         if not names and t.device == "cuda":
             problems["training_args.device 'cuda': no NVIDIA GPU is visible on this machine; set device 'cpu'"] = None
+        if not names and t.device == "auto" and parse_arm(t.arm).float8:
+            problems[
+                f"arm {t.arm!r}: float8 training needs a CUDA GPU and no NVIDIA GPU is visible on this "
+                "machine (device 'auto' trains on the CPU here, where its matmuls are refused); leave float8 out here"
+            ] = None
+        if not names and t.device == "auto" and t.allocator != "default":
+            problems[
+                f"training_args.allocator {t.allocator!r}: it configures PyTorch's CUDA caching allocator, and no "
+                "NVIDIA GPU is visible on this machine (device 'auto' trains on the CPU here); use allocator 'default'"
+            ] = None
         if not names and t.gpu_memory_cap_gib:
             problems[
                 f"training_args.gpu_memory_cap_gib {t.gpu_memory_cap_gib:g}: no NVIDIA GPU is visible on this machine, "

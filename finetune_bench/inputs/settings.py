@@ -119,6 +119,8 @@ _ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
 _WHERE_IT_TRAINS = "where the backend trains (forward_only builds no optimizer and runs no backward)"
 _WITH_LORA = "with LoRA (lora_rank above 0)"
 _WITH_DDP = "with parallelism 'ddp' on several GPUs (num_gpus × num_nodes above 1)"
+# The largest DDP bucket taken: a bucket of gradients larger than 16 GiB is a unit slip (bytes written for MiB).
+MAX_DDP_BUCKET_MB = 16384
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
 # Profiled steps: a trace of a few steps shows every kernel; hundreds would make traces of gigabytes.
 MAX_PROFILE_STEPS = 100
@@ -315,7 +317,19 @@ class TrainingArgs(StrictFromJson):
     # (PyTorch's default 25: larger buckets, fewer and larger all-reduces, a longer one left after the backward);
     # `ddp_gradient_as_bucket_view` keeps each gradient inside its bucket (no copy into the bucket and back, one
     # gradient-sized buffer less; the plain loop only).
-    ddp_bucket_cap_mb: int = acts_only(positive(25), _ddp, _WITH_DDP)
+    ddp_bucket_cap_mb: int = acts_only(
+        setting(
+            25,
+            requirement(lambda v: v > 0, "must be positive"),
+            requirement(
+                lambda v: v <= MAX_DDP_BUCKET_MB,
+                f"must be at most {MAX_DDP_BUCKET_MB:,} MiB: it is in MiB, and one this large is likely bytes "
+                "(25 MiB is 26,214,400 bytes)",
+            ),
+        ),
+        _ddp,
+        _WITH_DDP,
+    )
     ddp_gradient_as_bucket_view: bool = acts_only(False, _ddp, _WITH_DDP)
     # The package releases the run trains with: "" (the installed packages) or pins joined by commas,
     # "liger-kernel==0.8.2" or "liger-kernel==0.8.2,transformers==5.17.0" (Python packages the project installs:

@@ -109,6 +109,10 @@ def check_grid_size(experiment_args: ExperimentArgs, n_runs: int) -> None:
         )
 
 
+# The shortest condition timeout taken: a run's start (process, imports, model) alone takes seconds.
+MIN_CONDITION_TIMEOUT_S = 30
+
+
 def validate_run_settings(
     concurrency: int, min_success_ratio: float, condition_timeout_s: int, alpha: float = 0.05
 ) -> None:
@@ -122,6 +126,11 @@ def validate_run_settings(
         problems.append(f"min_success_ratio must be in (0, 1], got {min_success_ratio!r}")
     if isinstance(condition_timeout_s, bool) or not isinstance(condition_timeout_s, int) or condition_timeout_s <= 0:
         problems.append(f"condition_timeout_s must be a positive number of seconds, got {condition_timeout_s!r}")
+    elif condition_timeout_s < MIN_CONDITION_TIMEOUT_S:
+        problems.append(
+            f"condition_timeout_s {condition_timeout_s} is in seconds: every run would be killed before its start is "
+            f"over; write at least {MIN_CONDITION_TIMEOUT_S} (3600 is an hour)"
+        )
     if problems:
         raise SpecError(*problems)
 

@@ -345,7 +345,10 @@ def _classify(run: PlannedRun, work_dir: Path, ending: ChildEnding, timeout_s: f
             result.details["steps_completed"] = str(max(sum(1 for _ in steps) - 1, 0))
     if timed_out:
         result.status = TIMEOUT
-        result.reason = f"no result within the {timeout_s:g} s timeout; the child was killed"
+        result.reason = (
+            f"no result within the {timeout_s:g} s timeout (condition_timeout_s, or probes.timeout_s for a frontier's "
+            "probe); the child was killed"
+        )
     elif says_out_of_memory(tail):
         result.status = OOM
         result.reason = f"out of memory (the child exited with status {returncode} before writing a result)"
