@@ -122,7 +122,7 @@ def test_every_module_the_analysis_image_loads_imports_without_the_training_stac
     from images.images import TRAINING_ONLY
 
     modules = _analysis_image_modules()
-    assert {"tasks.analysis", "tasks.train", "workflows.frontier"} <= modules
+    assert {"tasks.analysis", "tasks.train", "tasks.frontier"} <= modules
     training_only = {name.replace("-", "_") for name in TRAINING_ONLY}
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     code = _WITHOUT_THE_TRAINING_STACK.format(training_only=training_only, modules=sorted(modules))

@@ -226,8 +226,10 @@ def test_adamw_8bit_needs_bitsandbytes_and_a_cuda_device(monkeypatch):
         SpecError, match=r"optim 'adamw_8bit' \(condition arm=baseline,optim=adamw_8bit\) needs bitsandbytes"
     ):
         plan_runs(experiment, TrainingArgs(), 1)
-    # forward_only builds no optimizer: the setting is unused there, so not refused
-    assert plan_runs(experiment, TrainingArgs(backend="forward_only"), 1)
+    # forward_only builds no optimizer: bitsandbytes is not asked for, and the setting, which would change nothing,
+    # is refused as such
+    with pytest.raises(SpecError, match=r"experiment_args.optim 'adamw_8bit' acts only where the backend trains"):
+        plan_runs(experiment, TrainingArgs(backend="forward_only"), 1)
 
     installed["bitsandbytes"] = True
     with pytest.raises(SpecError, match="needs a CUDA device"):

@@ -1,6 +1,7 @@
 """Faults are data (each ending is a result, the grid completes), an interrupted grid resumes without
 re-running what finished, and secrets never reach an output."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -82,15 +83,20 @@ def test_train_task_reuses_a_stored_run_unless_fresh(monkeypatch, tiny_model_dir
     )
     first = train_condition(**inputs, force_fresh=False).result
     assert (first.status, first.reused) == ("ok", False)
-    # From here on, any child that starts fails at once: only a reused result can be ok.
-    monkeypatch.setenv(FAULT_ENV, "error@0")
-    again = train_condition(**inputs, force_fresh=False).result
-    assert (again.status, again.reused) == ("ok", True)
-    assert again.metrics == first.metrics
-    fresh = train_condition(**inputs, force_fresh=True).result
-    assert (fresh.status, fresh.reused) == ("error", False)
+    # From here on, any run that is launched fails at once: only a reused result can be ok. (Not through the fault
+    # switch: a run a test-only switch acts on never reads or writes the store.)
+    from finetune_bench.running import launch
+
+    with monkeypatch.context() as failing:
+        failing.setattr(launch, "run_in_child", lambda run, *args, **kwargs: launch.not_launched(
+            dataclasses.replace(run, refused="every launch fails in this test")
+        ))  # fmt: skip
+        again = train_condition(**inputs, force_fresh=False).result
+        assert (again.status, again.reused) == ("ok", True)
+        assert again.metrics == first.metrics
+        fresh = train_condition(**inputs, force_fresh=True).result
+        assert (fresh.status, fresh.reused) == ("error", False)
     # An error is not stored: the stored ok run is still what a re-run gets.
-    monkeypatch.delenv(FAULT_ENV)
     assert train_condition(**inputs, force_fresh=False).result.reused
 
 
