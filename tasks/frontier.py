@@ -25,7 +25,7 @@ from finetune_bench.frontier.predicted import (
 )
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
-from finetune_bench.frontier.search import FrontierResult, Guide, search_frontier
+from finetune_bench.frontier.search import FrontierResult, Guide, search_frontier, search_line
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
     FrontierArm,
@@ -46,7 +46,7 @@ from finetune_bench.prediction.grid import Target, check_plan_settings, target_g
 from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
-from tasks.execution import cluster_notes
+from tasks.execution import cluster_notes, on_cluster
 from tasks.inputs_yaml import inputs_file_argument
 from tasks.plan import (
     PLANNING_TASK,
@@ -160,8 +160,17 @@ def search_memory_frontier(
     model_path = Path(model_dir.download())
     probe = child_probe(Path(dataset_dir.download()), model_path, work_dir, search.timeout_s)
     result = search_frontier(search, probe, search_guide(search, model_path))
-    logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
+    log_search_end(result)
     return result
+
+
+def log_search_end(result: FrontierResult) -> None:
+    """The search's ending in one line (`search_line`): in a cluster's pod on the task's log, locally at info level
+    (a local run's console has its own ending)."""
+    if on_cluster():
+        print(search_line(result), flush=True)
+    else:
+        logger.info("%s", search_line(result))
 
 
 def search_work_dir() -> Path:

@@ -17,7 +17,7 @@ from finetune_bench.frontier.search import FrontierResult
 from finetune_bench.frontier.settings import FrontierSearch
 from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from images import training_image
-from tasks.frontier import logger, search_guide, search_memory_frontier, search_work_dir
+from tasks.frontier import log_search_end, search_guide, search_memory_frontier, search_work_dir
 from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, train_resources
 from tasks.train_ranks import RanksElastic
 
@@ -34,7 +34,7 @@ def search_ranks_of_frontier(
         guide=lambda model_path: search_guide(search, model_path),
     )
     if result is not None:
-        logger.info("%s: %s (%s)", search.dimension, result.frontier, result.reason)
+        log_search_end(result)
     return result
 
 

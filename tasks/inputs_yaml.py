@@ -142,10 +142,15 @@ def read_inputs_whole(workflow: Any, settings_checks: Sequence[Callable[..., Non
 
 
 def inputs_file_argument() -> str:
-    """The `--inputs-file` of this process's command line, if it has one (a local `pyflyte run`; a task in a pod
-    has none)."""
+    """The `--inputs-file` of this process's command line, written `--inputs-file F` or `--inputs-file=F`, if it has
+    one (a local `pyflyte run`, or `union run --remote` registering; a task in a pod has none)."""
     argv = sys.argv
-    return next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--inputs-file"), "")
+    for i, arg in enumerate(argv):
+        if arg == "--inputs-file" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--inputs-file="):
+            return arg.removeprefix("--inputs-file=")
+    return ""
 
 
 def require_mapping() -> None:

@@ -14,6 +14,8 @@ when the workflow is registered or run.
 - WANDB_PROJECT (default `finetune-bench`), WANDB_MODE (online / offline / disabled),
   WANDB_BASE_URL (the W&B API server, default https://api.wandb.ai for the remote runs) and
   WANDB_APP_URL (its UI, for the link; default https://wandb.ai, or derived from WANDB_BASE_URL)
+- uv's and the proxy's settings (`NETWORK_SETTINGS`: UV_INDEX_URL, UV_NATIVE_TLS, HTTPS_PROXY, ...): how a pod that
+  installs a software set with uv reaches the package index; a value holding a credential is not handed on
 """
 
 import os
@@ -101,6 +103,40 @@ REGISTRATION_ENV = {
     )
     if os.environ.get(name) or (name == ACCELERATOR_ENV and name in os.environ)
 }
+# Where uv finds packages and how it reaches them (through a proxy, trusting the system's certificates), as at
+# registration: a pod installs a software set whose image registration did not build with uv
+# (`finetune_bench.sources.software`). Only values that name no path of this machine and carry no credential: an
+# index URL with a password in it, or a certificate file (a path here, not in a pod), is left out.
+NETWORK_SETTINGS = (
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_INDEX_STRATEGY",
+    "UV_NATIVE_TLS",
+    "UV_INSECURE_HOST",
+    "UV_HTTP_TIMEOUT",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+)
+
+
+def carries_credentials(value: str) -> bool:
+    """Whether a setting's value holds a URL with a user's password or token in it (`https://user:pass@host/...`)."""
+    return any("@" in url.split("://", 1)[1].split("/", 1)[0] for url in value.split() if "://" in url)
+
+
+REGISTRATION_ENV.update(
+    {
+        name: os.environ[name]
+        for name in NETWORK_SETTINGS
+        if os.environ.get(name) and not carries_credentials(os.environ[name])
+    }
+)
 # WANDB_MODE=disabled turns W&B off remotely too; an `offline` left over from local runs is not passed on
 # (an offline run would die with its pod).
 if WANDB_DISABLED:

@@ -6,11 +6,14 @@ each of those images by id, for the sub-tasks it compiles at run time (flytekit'
 So when a workflow module is imported with an `--inputs-file` (`union run --remote ... --inputs-file F`), every
 software set F names gets a train task here, defined with the set's image: registration builds each set's image, and
 the benchmark's dynamic node runs each set's runs on it (`registered_image`). A pod of a set's image imports the
-set's releases as installed. A set whose image this execution's registration did not build (a workflow registered
-without the inputs file that names it) runs on the training image, its releases installed in the pod by uv
-(`finetune_bench.sources.software`)."""
+set's releases as installed, and the benchmark's planning, told which sets have an image (`imaged_sets`), installs
+nothing of them: what such a set's liger-kernel has is checked in its own pods. A set whose image this execution's
+registration did not build (a workflow registered without the inputs file that names it) is installed by uv, at
+planning and in the training image's pods (`finetune_bench.sources.software`)."""
 
+import json
 import logging
+import os
 
 import yaml
 from flytekit import FlyteContextManager, task
@@ -19,6 +22,7 @@ from flytekit.core.python_function_task import PythonFunctionTask
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.software_sets import parse
 from images.images import software_set_image
+from tasks.execution import on_cluster
 from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES, WANDB_SECRETS
 
 logger = logging.getLogger(__name__)
@@ -51,6 +55,32 @@ def define_set_train_tasks(inputs_file: str, train: PythonFunctionTask) -> list[
         )(train.task_function)
         for text in sets_named_in(inputs_file)
     ]
+
+
+# The sets whose images this registration builds (a JSON list), in the environment of the benchmark's planning task:
+# planning installs nothing of them (`finetune_bench.sources.software.checked_runs`' `imaged`).
+IMAGED_SETS_ENV = "FINETUNE_BENCH_IMAGED_SOFTWARE_SETS"
+
+
+def imaged_sets_env(inputs_file: str) -> dict[str, str]:
+    """The planning task's `IMAGED_SETS_ENV`: registering with `inputs_file`, the sets it names (each gets an image:
+    `define_set_train_tasks`); in a pod, the registered value; else nothing."""
+    sets = sets_named_in(inputs_file) if inputs_file else []
+    if sets:
+        return {IMAGED_SETS_ENV: json.dumps(sets)}
+    return {IMAGED_SETS_ENV: os.environ[IMAGED_SETS_ENV]} if os.environ.get(IMAGED_SETS_ENV) else {}
+
+
+def imaged_sets() -> list[str]:
+    """The sets whose runs train on an image registration built for them, as this task was registered with; none
+    in a local run (the sets are installed here)."""
+    if not on_cluster():
+        return []
+    try:
+        sets = json.loads(os.environ.get(IMAGED_SETS_ENV) or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [text for text in sets if isinstance(text, str)]
 
 
 def registered_image(software_set: str) -> str:

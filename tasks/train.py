@@ -11,10 +11,12 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.record import RunResult
 from finetune_bench.results.store import ResultStore
-from finetune_bench.running.launch import run_or_reuse
+from finetune_bench.running.launch import ending_line, run_or_reuse
+from finetune_bench.sources import software
 from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import analysis_image, training_image
+from tasks.execution import on_cluster
 from tasks.records import TrainOutput
 from tasks.registration import (
     ANALYSIS_RESOURCES,
@@ -52,9 +54,11 @@ def train_condition(
     """
     # Unique per run: locally, every item of a map task shares one working directory.
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
+    store = results_store or str(default_results_store())
+    planned_run = software.with_release_checked(planned_run)  # on the set's own image: what planning left to it
     result = run_or_reuse(
         planned_run,
-        ResultStore(results_store or str(default_results_store())),
+        ResultStore(store),
         dataset_dir=Path(dataset_dir.download()),
         model_dir=Path(model_dir.download()),
         work_dir=work_dir,
@@ -62,7 +66,7 @@ def train_condition(
         force_fresh=force_fresh,
         sources=source_versions(sources),
     )
-    return logged_output(result)
+    return logged_output(result, planned_run, store)
 
 
 add_wandb_link_to_map_tasks(train_condition)
@@ -73,9 +77,13 @@ def source_versions(sources: SourceVersions | None) -> dict[str, str]:
     return {"dataset": sources.dataset, "model": sources.model} if sources else {}
 
 
-def logged_output(result: RunResult) -> TrainOutput:
-    """The train task's output of a run, once the run is logged to W&B: the record, its steps and its profile."""
+def logged_output(result: RunResult, run: PlannedRun, store: str) -> TrainOutput:
+    """The train task's output of a run, once the run is logged to W&B: the record, its steps and its profile. In a
+    cluster's pod the task's log ends with one line of how the run ended and where it is kept (`ending_line`; a local
+    run's console has its own ending)."""
     log_to_wandb(result)
+    if on_cluster():
+        print(ending_line(run, result, store), flush=True)
     return TrainOutput(
         result=result,
         steps=FlyteFile(result.steps_file) if result.steps_file else None,

@@ -28,6 +28,7 @@ from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.results.store import ResultStore
 from finetune_bench.running.launch import ParentTerminated
 from finetune_bench.running.ranks import node_fork_server, run_on_ranks
+from finetune_bench.sources import software
 from finetune_bench.sources.cache import default_results_store
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image
@@ -120,16 +121,18 @@ def train_ranks_of_condition(
     """One rank of a run on several GPUs (`finetune_bench.running.ranks`): the run's output on global rank 0,
     None on the others (PyTorch Elastic returns rank 0's alone)."""
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=current_context().working_directory))
+    store = results_store or str(default_results_store())
+    planned_run = software.with_release_checked(planned_run)  # on the set's own image: what planning left to it
     result = run_on_ranks(
         planned_run,
-        ResultStore(results_store or str(default_results_store())),
+        ResultStore(store),
         fetch_sources=lambda: (Path(dataset_dir.download()), Path(model_dir.download())),
         work_dir=work_dir,
         timeout_s=condition_timeout_s,
         force_fresh=force_fresh,
         sources=source_versions(sources),
     )
-    return logged_output(result) if result is not None else None
+    return logged_output(result, planned_run, store) if result is not None else None
 
 
 def elastic_task_name(num_nodes: int, num_gpus: int) -> str:

@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -120,6 +121,23 @@ def require_wandb_key() -> None:
         key = None
     if not key:
         raise SpecError(missing_key_reason())
+
+
+def require_wandb_answers(probe: Callable[[str], str | None] | None = None) -> None:
+    """On a cluster, with WANDB_ENTITY registered and W&B not turned off: the W&B server answers this pod (checked
+    when planning, so that a grid does not train and then fail at its end for want of W&B). `probe(url)` says why a
+    server does not answer (default: one HTTP request without the key, `tracking.no_answer`)."""
+    if not (WANDB_ENTITY and on_cluster()) or wandb_disabled():
+        return
+    why = (probe or tracking.no_answer)(WANDB_API_URL)
+    if why:
+        host = urllib.parse.urlparse(WANDB_API_URL if "://" in WANDB_API_URL else f"https://{WANDB_API_URL}").hostname
+        raise SpecError(
+            f"W&B is on (WANDB_ENTITY {WANDB_ENTITY!r}) but its server {host} ({WANDB_API_URL}) does not answer from "
+            f"this cluster's pods ({why}), so every run would train and then fail to be logged: let the pods reach "
+            "it, set WANDB_BASE_URL to a W&B server they reach, or turn W&B off (register with WANDB_MODE=disabled, "
+            "or without WANDB_ENTITY)"
+        )
 
 
 def with_wandb_link(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from finetune_bench.frontier.settings import FrontierSearch
+from finetune_bench.frontier.settings import FrontierSearch, arm_name
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.results.record import OK, OOM  # the probe outcomes that decide; others (error, ...) are retried
 
@@ -134,6 +134,22 @@ def frontier_probe(result: FrontierResult) -> Probe | None:
     """The last ok probe at the frontier (its peak memory is the frontier's)."""
     at_frontier = [p for p in result.probes if p.value == result.frontier and p.status == OK]
     return at_frontier[-1] if at_frontier else None
+
+
+def search_line(result: FrontierResult) -> str:
+    """One line of how a search ended, for the log of the task that ran it: its arm and dimension, its status and
+    reason, the frontier (and the smallest size that ran out of memory), the probes and device time it took, and the
+    peak memory at the frontier. The result goes to the workflow's report (no store keeps a search)."""
+    search = result.search
+    said = [f"{result.status} ({result.reason})" if result.reason else result.status]
+    said.append(f"frontier {result.frontier if result.frontier is not None else 'none'}")
+    if result.first_oom is not None:
+        said.append(f"first out of memory at {result.first_oom}")
+    said.append(f"{result.probes_used} probe(s), {result.device_seconds:,.0f} device-seconds")
+    at_frontier = frontier_probe(result)
+    if at_frontier is not None and at_frontier.peak_reserved_bytes:
+        said.append(f"peak reserved {at_frontier.peak_reserved_bytes / 2**30:.2f} GiB at the frontier")
+    return f"search {arm_name(search.arm)} {search.dimension}: {', '.join(said)}; returned to the report"
 
 
 ProbeFunction = Callable[[TrainingArgs], ProbeOutcome]

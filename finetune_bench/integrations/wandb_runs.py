@@ -105,6 +105,30 @@ def unreachable(base_url: str) -> str | None:
         return f"{parsed.hostname}:{port} unreachable ({type(exc).__name__}: {exc})"
 
 
+# How long planning waits for the W&B server to answer one HTTP request (`no_answer`).
+ANSWER_TIMEOUT_S = 5.0
+
+
+def no_answer(base_url: str, timeout_s: float = ANSWER_TIMEOUT_S, open_url: Any = None) -> str | None:
+    """Why the W&B server at `base_url` gives no HTTP answer within `timeout_s` (no DNS, no route, refused, a TLS
+    failure such as an intercepting proxy's certificate, too slow), or None when it answers anything (any HTTP
+    status: the request carries no key, so a refusal of it is an answer). The environment's proxy settings apply, as
+    they do to W&B's own requests. `open_url`: `urllib.request.urlopen`'s stand-in (tests)."""
+    import urllib.error
+    import urllib.request
+
+    url = base_url if "://" in base_url else f"https://{base_url}"
+    open_url = open_url or urllib.request.urlopen
+    try:
+        with open_url(urllib.request.Request(url, method="GET"), timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:  # an HTTP status: the server answered
+        return None
+    except (OSError, ValueError) as exc:  # URLError, a timeout, an SSL error; a URL urllib cannot open
+        why = getattr(exc, "reason", None) or exc
+        return f"{type(why).__name__}: {why}" if str(why) else type(why).__name__
+
+
 def drop_secret_keys(config: dict[str, Any], path: str = "") -> dict[str, Any]:
     """`config` without the entries whose name looks like a credential (warned about, never logged)."""
     kept = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun
+from finetune_bench.inputs.secrets import redact
 from finetune_bench.measuring.profiling import PROFILE_DIR, PROFILE_FILE
 from finetune_bench.results.record import ERROR, OK, OOM, PREDICTED_OOM, STOPPED, TIMEOUT, RunResult, says_out_of_memory
 from finetune_bench.results.store import (
@@ -120,6 +121,44 @@ def reuse_line(result: RunResult, key: str) -> str:
         f"reused the stored result {key} ({result.status}), measured {measured} on {gpu} (force_fresh: true measures "
         "it again)"
     )
+
+
+def ending_line(run: PlannedRun, result: RunResult, store: str) -> str:
+    """One line of how `run` ended (`result`), for the log of the task that ran it: its status (and why, when not ok),
+    its throughput and peak memory where it measured them, and where its result is kept (`store`, with any credential
+    in its URL left out) or why it is not. No setting of the run and no secret is in it."""
+    said = [result.status]
+    if result.status != OK and result.reason:
+        reason = result.reason.strip().splitlines()[0]
+        said[0] += f" ({reason[:200]}{'...' if len(reason) > 200 else ''})"
+    if result.metrics.get("tokens_per_second"):
+        said.append(f"{result.metrics['tokens_per_second']:,.0f} tokens/s")
+    for metric, what in (("peak_reserved_bytes", "reserved"), ("peak_allocated_bytes", "allocated")):
+        if result.metrics.get(metric):
+            said.append(f"peak {what} {result.metrics[metric] / 2**30:.2f} GiB")
+            break
+    where = _without_credentials(store)
+    not_kept = [p for p in result.problems if p.startswith(STORE_PROBLEM)]
+    if result.reused:
+        said.append(f"taken from the results store {where}")
+    elif not_kept:
+        said.append(not_kept[0])
+    elif run.refused or run.predicted_oom:
+        said.append("not launched, not stored")
+    elif "test_switches" in result.details:
+        said.append("not stored (a test switch acted on it)")
+    else:
+        said.append(f"stored in {where}")
+    return redact(f"{result.condition_id} run {result.run_number}: {', '.join(said)}")
+
+
+def _without_credentials(url: str) -> str:
+    """`url` without the user and password a URL may carry (`s3://key:secret@bucket/...`)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
 
 
 def not_launched(run: PlannedRun) -> RunResult:
@@ -414,13 +453,17 @@ def run_or_reuse(
     return result
 
 
+# How the problem of a run the results store could not keep begins.
+STORE_PROBLEM = "results store:"
+
+
 def save_result(store: ResultStore, key: str, result: RunResult, identity: dict, name: str) -> list[str]:
     """Keep `result` in the store as `key`; the problem (one line) when it could not be kept."""
     try:
         store.save(key, result, identity=identity)
     except StoreError as exc:
         logger.error("%s: %s", name, exc)
-        return [f"results store: {exc}; this run is not kept, a re-run of the grid measures it again"]
+        return [f"{STORE_PROBLEM} {exc}; this run is not kept, a re-run of the grid measures it again"]
     return []
 
 

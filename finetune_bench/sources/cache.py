@@ -3,6 +3,7 @@
 Never a temporary directory: a cached download task's output path must still exist on the next run.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -66,8 +67,22 @@ def preparation_digest(modules: tuple[str, ...], extra: object = None, package: 
 
 
 def dataset_preparation_version() -> str:
-    """The version of the code that prepares a dataset (`DATASET_PREPARATION`)."""
-    return preparation_digest(DATASET_PREPARATION)
+    """The version of the code that prepares a dataset (`DATASET_PREPARATION`, and the catalog's entries that shape a
+    prepared one: `dataset_catalog`)."""
+    return preparation_digest(DATASET_PREPARATION, dataset_catalog())
+
+
+def dataset_catalog() -> dict:
+    """What `finetune_bench.inputs.catalog` declares that shapes a prepared dataset: each known hub dataset's format,
+    configs (the default first) and splits, the generated formats and their length distributions. A change to one
+    (a hub id given another format, say) prepares the datasets anew."""
+    from finetune_bench.inputs.catalog import HUB_DATASETS, SYNTHETIC_FORMATS, SYNTHETIC_LENGTH_DISTRIBUTIONS
+
+    return {
+        "hub_datasets": {name: dataclasses.asdict(entry) for name, entry in sorted(HUB_DATASETS.items())},
+        "synthetic_formats": list(SYNTHETIC_FORMATS),
+        "length_distributions": list(SYNTHETIC_LENGTH_DISTRIBUTIONS),
+    }
 
 
 def model_preparation_version() -> str:

@@ -23,12 +23,14 @@ release (a Liger kernel, a model type Liger patches) is read from that release's
 what it imported against its set (`check_imported`) and records the versions it imported.
 """
 
+import dataclasses
 import functools
 import importlib.metadata as md
 import os
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +89,15 @@ def _uv() -> str:
     return str(beside) if beside.exists() else "uv"
 
 
+# What installing a set here needs, said when it fails.
+UV_NEEDS = (
+    "uv installs a set's pins from the package index, so this machine must reach it: directly, through HTTPS_PROXY, "
+    "or through a mirror named by UV_INDEX_URL / UV_DEFAULT_INDEX (UV_FIND_LINKS with UV_OFFLINE=1 for local "
+    "wheels); behind a proxy that re-signs TLS, UV_NATIVE_TLS=1 or SSL_CERT_FILE naming its certificate. On a cluster, "
+    "registering with the inputs file that names the set gives it an image of its own instead (docs/releases.md)"
+)
+
+
 def _install(pins: dict[str, str], target: Path) -> None:
     """Install the pinned distributions, without their dependencies, into `target` (uv's complaint in a line)."""
     command = [_uv(), "pip", "install", "--quiet", "--no-deps", "--python", sys.executable, "--target", str(target)]
@@ -102,7 +113,9 @@ def _install(pins: dict[str, str], target: Path) -> None:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         said = [line.removeprefix("cause:").strip() for line in lines if line.startswith(("cause:", "error:"))]
         why = " ".join(said[-1:] or lines[-1:]) or f"exit status {done.returncode}"
-        raise SoftwareSetError(f"uv could not install {', '.join(f'{n}=={v}' for n, v in pins.items())}: {why}")
+        raise SoftwareSetError(
+            f"uv could not install {', '.join(f'{n}=={v}' for n, v in pins.items())}: {why} ({UV_NEEDS})"
+        )
 
 
 @functools.cache
@@ -202,14 +215,17 @@ def check_imported(text: str) -> dict[str, str]:
     return {name: str(version) for name, version in found.items()}
 
 
-def check_all(texts: list[str], key: str) -> None:
+def check_all(texts: list[str], key: str, imaged: Collection[str] = ()) -> None:
     """Each set of `texts` can run here (`check`), every problem of every set in one SpecError naming `key`; a set
-    whose spelling is refused is left to the settings' own check."""
+    whose spelling is refused is left to the settings' own check, a set of `imaged` (its runs train on an image built
+    for it: `checked_runs`) to its image's build."""
     problems = Problems()
     for text in dict.fromkeys(texts):
         try:
             parse(text)
         except SpecError:
+            continue
+        if text in imaged:
             continue
         with problems.check():
             check(text, key)
@@ -236,16 +252,20 @@ def _check_not_the_installed_set_again(texts: list[str], key: str) -> None:
             )
 
 
-def checked_runs(runs: list[PlannedRun], swept: bool) -> list[PlannedRun]:
+def checked_runs(runs: list[PlannedRun], swept: bool, imaged: Collection[str] = ()) -> list[PlannedRun]:
     """`runs` (planned) once every software set among them is ready here: each set installed and holding together
     with the installed packages, every problem of every set in one SpecError (`swept`: the set is an axis, and the
     messages name `experiment_args`); a run whose set's liger-kernel lacks what its arm needs (a kernel, a model
-    type) is refused with why."""
+    type) is refused with why.
+
+    `imaged`: the sets whose runs train on an image of their own (a cluster's, built at registration with the set's
+    pins in place of the lockfile's, so its installer resolved them with the other packages). Nothing of such a set
+    is installed here: what its liger-kernel has is checked where its runs train (`with_release_checked`)."""
     key = f"{'experiment_args' if swept else 'training_args'}.software_set"
-    check_all([run.training_args.software_set for run in runs], key)
+    check_all([run.training_args.software_set for run in runs], key, imaged)
     problems = Problems()
     for run in runs:
-        if not run.refused:
+        if not run.refused and run.training_args.software_set not in imaged:
             with problems.check():
                 try:
                     _check_release_has_what_the_arm_needs(run)
@@ -255,16 +275,33 @@ def checked_runs(runs: list[PlannedRun], swept: bool) -> list[PlannedRun]:
     return runs
 
 
-def _check_release_has_what_the_arm_needs(run: PlannedRun) -> None:
-    """Liger's kernels and model types as the set's own release has them (read from its source), for a run whose set
-    pins liger-kernel."""
+def with_release_checked(run: PlannedRun) -> PlannedRun:
+    """`run`, refused with why when its set pins a liger-kernel that, as this process finds it installed, lacks what
+    its arm needs: where the set's runs train on an image of the set's own, the check planning leaves to that image
+    (`checked_runs`' `imaged`)."""
+    pins = parse(run.training_args.software_set)
+    if run.refused or "liger-kernel" not in pins or not _same(installed_version("liger-kernel"), pins["liger-kernel"]):
+        return run
+    try:
+        _check_release_has_what_the_arm_needs(run, root="")
+    except (ConditionRefused, SpecError) as refusal:
+        return dataclasses.replace(run, refused=str(refusal))
+    return run
+
+
+def _check_release_has_what_the_arm_needs(run: PlannedRun, root: str | None = None) -> None:
+    """Liger's kernels and model types as the set's own release has them (read from its source: its overlay's, or
+    with `root` "" the installed one), for a run whose set pins liger-kernel."""
     from finetune_bench.inputs.arms import kernel_switches, supported_model_types
 
     t, arm = run.training_args, parse_arm(run.training_args.arm)
-    root = liger_root(t.software_set)
-    if not arm.liger or not root:
+    if root is None:
+        root = liger_root(t.software_set)
+        if not root:
+            return
+    if not arm.liger:
         return
-    liger = f"liger-kernel {prepare(t.software_set).pins['liger-kernel']}"
+    liger = f"liger-kernel {parse(t.software_set)['liger-kernel']}"
     where = f" (condition {run.condition_id})"
     try:
         supported = supported_model_types(root)

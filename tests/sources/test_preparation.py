@@ -9,6 +9,7 @@ from finetune_bench.sources.cache import (
     DATASET_PREPARATION,
     MODEL_PREPARATION,
     NOT_PREPARATION,
+    dataset_catalog,
     preparation_digest,
 )
 
@@ -44,7 +45,7 @@ def test_the_download_tasks_are_cached_under_their_code_s_version():
     from tasks.registration import DOWNLOAD_CACHE_VERSION
 
     assert download_dataset.metadata.cache_version == (
-        f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(DATASET_PREPARATION)}"
+        f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(DATASET_PREPARATION, dataset_catalog())}"
     )
     assert download_model.metadata.cache_version == (
         f"{DOWNLOAD_CACHE_VERSION}-{preparation_digest(MODEL_PREPARATION, {'vocab': OFFLINE_TOKENIZER_VOCAB})}"
@@ -67,3 +68,22 @@ def test_a_prepared_copy_is_reused_by_the_same_code_and_prepared_again_by_other_
     assert len(built) == 1
     build_into(dest, build, version="code-b")  # the preparing code changed: prepared again, in place
     assert len(built) == 2 and (dest / "data.txt").read_text() == "2"
+
+
+def test_a_change_to_a_dataset_s_format_in_the_catalog_changes_the_dataset_version(monkeypatch):
+    """The catalog's declarations shape a prepared hub dataset (which format its rows are read as, its default config):
+    a change to one prepares the dataset anew, a change elsewhere in the catalog leaves the version as it is."""
+    from finetune_bench.inputs import catalog
+    from finetune_bench.sources.cache import dataset_preparation_version, model_preparation_version
+
+    before, model = dataset_preparation_version(), model_preparation_version()
+    changed = {**catalog.HUB_DATASETS, "tatsu-lab/alpaca": catalog.HubDataset("oasst", (), ("train",))}
+    monkeypatch.setattr(catalog, "HUB_DATASETS", changed)
+    assert dataset_preparation_version() != before
+    assert model_preparation_version() == model
+    monkeypatch.undo()
+    monkeypatch.setattr(catalog, "SYNTHETIC_FORMATS", (*catalog.SYNTHETIC_FORMATS, "another"))
+    assert dataset_preparation_version() != before
+    monkeypatch.undo()
+    monkeypatch.setattr(catalog, "MAX_NAME_CHARS", catalog.MAX_NAME_CHARS + 1)  # shapes no prepared dataset
+    assert dataset_preparation_version() == before
