@@ -10,5 +10,7 @@ inputs=$1; out=$2
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLYTECTL_CONFIG=$PWD/flyte-local.yaml
 export FINETUNE_BENCH_CACHE_DIR=/tmp/finetune_bench_cache
+# The image has no wandb package: W&B is off (else every run would end with a problem, "not logged").
+export WANDB_MODE=disabled
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"

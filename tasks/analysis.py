@@ -16,6 +16,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
+from finetune_bench.analysis.projection import FineTune
 from finetune_bench.inputs.plan import PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.reporting.benchmark_report import grid_report
@@ -146,6 +147,7 @@ def analyze_results(
         profile_dirs=profile_dirs,
         alpha=execution.alpha,
         gpu_hour_price=prediction.gpu_hour_price,
+        fine_tune=FineTune(prediction.fine_tune_epochs, prediction.fine_tune_steps),
     )
     if inputs_file_argument():  # a local run: the report and environment.json name the inputs file it was given
         analysis.environment["inputs_file"] = inputs_file_argument()

@@ -11,6 +11,7 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from finetune_bench.analysis.projection import check_fine_tune
 from finetune_bench.inputs.arms import component_notes, parse_arm
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
@@ -34,7 +35,8 @@ from tasks.analysis import EXPORT_DIR_ENV, publish
 from tasks.execution import cluster_notes, on_cluster
 from tasks.inputs_yaml import inputs_file_argument
 from tasks.registration import ANALYSIS_RESOURCES, REGISTERED_ACCELERATOR, REGISTRATION_ENV, WANDB_SECRETS
-from tasks.wandb_runs import require_wandb_key
+from tasks.software_images import imaged_sets, imaged_sets_env
+from tasks.wandb_runs import require_wandb_answers, require_wandb_key
 
 T = TypeVar("T")
 
@@ -51,13 +53,22 @@ PLANNING_TASK = dict(
 
 
 def check_wandb_key(dry_run: bool) -> None:
-    """At planning, on a cluster, with WANDB_ENTITY registered: the W&B secret can be read, so that a missing key
-    stops the execution before any GPU time (`tasks.wandb_runs.require_wandb_key`). A dry run logs nothing."""
-    if not dry_run:
+    """At planning, on a cluster, with WANDB_ENTITY registered: the W&B secret can be read and the W&B server answers,
+    so that a missing key or an unreachable server stops the execution before any GPU time
+    (`tasks.wandb_runs.require_wandb_key`, `require_wandb_answers`), both said at once. A dry run logs nothing."""
+    if dry_run:
+        return
+    problems = Problems()
+    with problems.check():
         require_wandb_key()
+    with problems.check():
+        require_wandb_answers()
+    problems.raise_if_any()
 
 
-@task(**PLANNING_TASK)
+# The benchmark's planning is told too which software sets registration builds an image for: it installs nothing of
+# them (`tasks.software_images`).
+@task(**{**PLANNING_TASK, "environment": {**REGISTRATION_ENV, **imaged_sets_env(inputs_file_argument())}})
 def plan_benchmark(
     experiment_args: ExperimentArgs,
     training_args: TrainingArgs,
@@ -74,6 +85,8 @@ def plan_benchmark(
     skip_predicted_oom: bool = False,
     accelerator: str = "",
     dry_run: bool = False,
+    fine_tune_epochs: float = 1.0,
+    fine_tune_steps: int = 0,
 ) -> BenchmarkPlan:
     """Validate the workflow's inputs (before anything is downloaded or trained) and plan every run, each with its
     predicted peak memory (with `skip_predicted_oom`, a sure OOM on the target GPU is marked not to be launched).
@@ -84,14 +97,17 @@ def plan_benchmark(
     execution = RunSettings(
         concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh, alpha, accelerator
     )
-    prediction = PredictionTarget(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom)
+    prediction = PredictionTarget(
+        gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, fine_tune_epochs, fine_tune_steps
+    )
     runs = checked(
         lambda: software.checked_runs(
-            plan_runs(experiment_args, training_args, n_runs), bool(experiment_args.software_set)
+            plan_runs(experiment_args, training_args, n_runs), bool(experiment_args.software_set), imaged_sets()
         ),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s, alpha),
         lambda: check_output_locations(results_store),
         lambda: check_prediction_settings(gpu_kind, gpu_memory_gib, gpu_hour_price, skip_predicted_oom, accelerator),
+        lambda: check_fine_tune(fine_tune_epochs, fine_tune_steps),
         lambda: check_wandb_key(dry_run),
         lambda: None if dry_run else check_nodes_here(experiment_args, training_args),  # a dry run waits for none
     )

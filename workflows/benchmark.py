@@ -12,6 +12,7 @@ from flytekit.extras.accelerators import GPUAccelerator
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from finetune_bench.analysis.projection import check_fine_tune
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, RunSettings
 from finetune_bench.inputs.reading import check_n_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
@@ -116,6 +117,8 @@ def benchmarking_experiment(
     gpu_memory_gib: float = 0.0,
     gpu_hour_price: float = 0.0,
     accelerator: str = "",
+    fine_tune_epochs: float = 1.0,
+    fine_tune_steps: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame, FlyteFile, FlyteDirectory]:
     """Returns the results table (one row per condition × run), the per-step table, the HTML report, and a
     directory holding the three as files (report.html, results and steps as Parquet and CSV).
@@ -135,6 +138,10 @@ def benchmarking_experiment(
     accelerator name (nvidia-h100, ...); empty: the one they were registered with (FINETUNE_BENCH_TRAIN_ACCELERATOR,
     default an A100). Also the GPU predicted for when `gpu_kind` is empty (else, FINETUNE_BENCH_TRAIN_ACCELERATOR when
     set).
+
+    `fine_tune_epochs` / `fine_tune_steps`: the whole fine-tune you plan (its batch, padding or packing are the
+    conditions'), projected from each measured run's steps and training rows; the Summary and the console lead with
+    it (docs/report.md#your-fine-tune). `fine_tune_steps` > 0 wins over the epochs.
     """
     plan = plan_benchmark(
         experiment_args=experiment_args,
@@ -152,6 +159,8 @@ def benchmarking_experiment(
         skip_predicted_oom=skip_predicted_oom,
         accelerator=accelerator,
         dry_run=dry_run,
+        fine_tune_epochs=fine_tune_epochs,
+        fine_tune_steps=fine_tune_steps,
     )
     results, steps, report, files = (
         conditional("dry_run")
@@ -165,4 +174,6 @@ def benchmarking_experiment(
 
 # An inputs file is read as a whole before the CLI converts it input by input: every problem at once, the workflow's
 # own settings checked as planning checks them.
-read_inputs_whole(benchmarking_experiment, (check_n_runs, validate_run_settings, check_prediction_settings))
+read_inputs_whole(
+    benchmarking_experiment, (check_n_runs, validate_run_settings, check_prediction_settings, check_fine_tune)
+)

@@ -15,6 +15,7 @@ from finetune_bench.analysis.parity import (
     parity_summary,
     with_loss_parity,
 )
+from finetune_bench.analysis.projection import FineTune, projection_table, projection_verdicts
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stacks import best_stack_per_budget, component_contributions, stacks_table
@@ -85,6 +86,10 @@ class GridAnalysis:
     capacity_gib: float | None = None
     # The Summary's sentences: one per arm, then the loss parity's and the held-out parity's ("" when none).
     verdicts: list[str] = field(default_factory=list)
+    # The fine-tune the user plans, and the Summary's first sentences: one per arm on that fine-tune, projected
+    # (`analysis.projection`).
+    fine_tune: FineTune = field(default_factory=FineTune)
+    fine_tune_verdicts: list[str] = field(default_factory=list)
     parity_verdict: str = ""
     held_out_verdict: str = ""
     # The price of one GPU-hour the costs are at (0: no price, no cost).
@@ -133,10 +138,13 @@ def analyze_table(
     profile: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
     gpu_hour_price: float = 0.0,
+    fine_tune: FineTune | None = None,
 ) -> GridAnalysis:
-    """Everything that follows from a results table (one row per run) and what was measured beside it: the
-    steps (None: unknown), the loss parity (none: no verdict), the profile and the ranks; each run's cost per
-    million tokens at `gpu_hour_price` (0: none)."""
+    """Everything that follows from a results table (one row per run, with the projection's columns where
+    `analysis.projection.projection_table` made them) and what was measured beside it: the steps (None: unknown),
+    the loss parity (none: no verdict), the profile and the ranks; each run's cost per million tokens at
+    `gpu_hour_price` (0: none); the user's whole fine-tune as `fine_tune` plans it."""
+    fine_tune = fine_tune or FineTune()
     environment = dict(environment or {})
     table = with_timeline_remainder(with_cost(table, gpu_hour_price))
     parity = parity if parity is not None else pd.DataFrame()
@@ -173,6 +181,8 @@ def analyze_table(
         phase_prediction=phase_prediction_errors(table),
         capacity_gib=capacity,
         verdicts=verdicts(comparison, fitting, parity, table) if not comparison.empty else [],
+        fine_tune=fine_tune,
+        fine_tune_verdicts=projection_verdicts(table, paired, swept, fine_tune, gpu_hour_price),
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
         held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
         gpu_hour_price=gpu_hour_price,
@@ -198,15 +208,21 @@ def analyze_grid(
     profile_dirs: dict[tuple[str, int], str] | None = None,
     alpha: float = 0.05,
     gpu_hour_price: float = 0.0,
+    fine_tune: FineTune | None = None,
 ) -> GridAnalysis:
     """Analyze the runs of a grid: `results[i]` is the record of `planned[i]` (None when it was lost),
     `steps_files` the local per-step file of each (condition_id, run_number) that has one, `profile_dirs`
-    the local profile directory of each profiled run, `alpha` the significance level of each arm's test and
-    `gpu_hour_price` the price of one GPU-hour (0: no cost is computed)."""
+    the local profile directory of each profiled run, `alpha` the significance level of each arm's test,
+    `gpu_hour_price` the price of one GPU-hour (0: no cost is computed) and `fine_tune` the user's whole fine-tune,
+    projected from each run's steps and rows (default: one epoch)."""
+    fine_tune = fine_tune or FineTune()
     swept = planned[0].swept_axes if planned else []
     steps = steps_table(results, steps_files)
     parity = loss_parity(steps, swept)
     table = with_loss_parity(results_table(planned, results), parity) if planned else pd.DataFrame()
+    if not table.empty:
+        projected = projection_table(results, steps, fine_tune)
+        table = table.merge(projected, on=["condition_id", "run_number"], how="left")
     environment = next((r.environment for r in results if r is not None and r.status == OK), {})
     if table.empty:
         return GridAnalysis(table=table, swept=swept, environment=dict(environment), steps=steps, parity=parity)
@@ -221,6 +237,7 @@ def analyze_grid(
         profile=profile_table(results, profile_dirs or {}),
         ranks=ranks_table(results),
         gpu_hour_price=gpu_hour_price,
+        fine_tune=fine_tune,
     )
     analysis.not_launched = not_launched(planned)
     return analysis

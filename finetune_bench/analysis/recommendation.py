@@ -23,16 +23,23 @@ def largest_fitting_batch(table: pd.DataFrame, swept: list[str]) -> pd.DataFrame
     return out.drop(columns="_all", errors="ignore")
 
 
+# What the Recommendation ranks by, where every clean condition has it: the user's whole fine-tune, projected
+# (`analysis.projection`); else the throughput over the timed steps.
+PROJECTED = "projected_tokens_per_second"
+
+
 def recommendations(summary: pd.DataFrame, swept: list[str], capacity_gib: float | None) -> pd.DataFrame:
-    """Per arm: the fastest condition (median tokens/s) among those whose runs all ended ok, its peak
-    reserved memory and the headroom left on the GPU (capacity − peak reserved, in GiB and as a share)."""
+    """Per arm: the fastest condition among those whose runs all ended ok (by the median projected throughput of the
+    user's whole fine-tune where every such condition has one, else the median tokens/s of the timed steps), its
+    peak reserved memory and the headroom left on the GPU (capacity − peak reserved, in GiB and as a share)."""
     if summary.empty or "tokens_per_second" not in summary:
         return pd.DataFrame()
     clean = summary[(summary["ok_runs"] == summary["runs"]) & summary["tokens_per_second"].notna()]
     if clean.empty:
         return pd.DataFrame()
+    speed = PROJECTED if PROJECTED in clean and clean[PROJECTED].notna().all() else "tokens_per_second"
     group = "arm" if "arm" in swept else None
-    fastest = clean.groupby(group)["tokens_per_second"].idxmax() if group else [clean["tokens_per_second"].idxmax()]
+    fastest = clean.groupby(group)[speed].idxmax() if group else [clean[speed].idxmax()]
     best = clean.loc[fastest]
     settings = [axis for axis in swept if axis != "arm"]
     out = pd.DataFrame({"arm": best["arm"]} if group else {}, index=best.index)
@@ -42,6 +49,9 @@ def recommendations(summary: pd.DataFrame, swept: list[str], capacity_gib: float
         if settings
         else "as given"
     )
+    if speed == PROJECTED:
+        out["projected_fine_tune_s"] = best["projected_fine_tune_s"]
+        out[PROJECTED] = best[PROJECTED]
     out["tokens_per_second"] = best["tokens_per_second"]
     out["peak_reserved_gib"] = best["peak_reserved_gib"]
     if capacity_gib:
@@ -50,4 +60,4 @@ def recommendations(summary: pd.DataFrame, swept: list[str], capacity_gib: float
     else:
         out["headroom_gib"] = float("nan")
         out["headroom_share"] = "unknown (no GPU capacity recorded)"
-    return out.sort_values("tokens_per_second", ascending=False).reset_index(drop=True)
+    return out.sort_values(speed, ascending=False).reset_index(drop=True)

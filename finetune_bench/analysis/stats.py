@@ -31,6 +31,8 @@ CONFIDENCE_LEVEL = 0.95
 METRICS = {
     "tokens_per_second": "throughput",
     "steady_tokens_per_second": "steady_throughput",
+    # the user's whole fine-tune, projected from the run's steps and rows (`analysis.projection`)
+    "projected_tokens_per_second": "projected_throughput",
     "peak_reserved_gib": "peak_reserved",
     "energy_per_token_j": "energy_per_token",
 }

@@ -23,6 +23,8 @@ COST_COLUMN = "cost_per_million_tokens"
 # The headline figures of each condition (`condition_summary`: their medians over ok runs).
 SUMMARY_COLUMNS = (
     "tokens_per_second",
+    "projected_tokens_per_second",
+    "projected_fine_tune_s",
     "energy_per_token_j",
     COST_COLUMN,
     "step_time_median_s",

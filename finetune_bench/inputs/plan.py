@@ -60,12 +60,17 @@ class RunSettings:
 @dataclass
 class PredictionTarget:
     """What the memory model predicts for: a GPU kind (empty: the accelerator's), its memory, its price per hour,
-    and whether a sure out-of-memory is recorded without launching it."""
+    and whether a sure out-of-memory is recorded without launching it; and the whole fine-tune the measured runs are
+    projected to."""
 
     gpu_kind: str = ""
     gpu_memory_gib: float = 0.0
     gpu_hour_price: float = 0.0
     skip_predicted_oom: bool = False
+    # The fine-tune the user plans, projected from the measured runs (`analysis.projection`): `fine_tune_steps`
+    # optimizer steps, or (0) `fine_tune_epochs` passes over the training data.
+    fine_tune_epochs: float = 1.0
+    fine_tune_steps: int = 0
 
 
 @dataclass

@@ -18,7 +18,9 @@ steps span at least `MIN_SIZES_FOR_LINE` sizes, else the median steady time per 
 No torch: the summary of a run (`measuring.steps`) and the tests call it on plain numbers.
 """
 
-from collections.abc import Sequence
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -30,6 +32,15 @@ MIN_STEADY_STEPS = 3
 MIN_SIZES_FOR_LINE = 3
 # At most this many outlier steps are described in a run's details.
 OUTLIERS_DESCRIBED = 5
+# The key of a run's details holding the histogram of its training rows' lengths (`length_histogram`): what the
+# projection of the user's whole fine-tune draws its batches from (`analysis.projection`).
+ROW_LENGTHS = "row_lengths"
+
+
+def length_histogram(lengths: Iterable[int]) -> str:
+    """The rows' lengths as a compact JSON histogram ({"length": rows}, by length), for a run's details."""
+    counts = Counter(int(n) for n in lengths)
+    return json.dumps({str(n): counts[n] for n in sorted(counts)}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_en
 from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
-from finetune_bench.measuring.steady_state import TimedStep, steady_state
+from finetune_bench.measuring.steady_state import TimedStep, length_histogram, steady_state
 from finetune_bench.measuring.triton_compiles import TritonCompileCounter, compilations_text
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,9 @@ class StepRecorder:
     # The micro-batch shapes of the step under way, and every shape the run has fed so far.
     _step_shapes: list[str] = field(default_factory=list)
     _shapes_seen: set[str] = field(default_factory=set)
+    # The lengths of the rows the run's batches are drawn from, as a histogram (`steady_state.length_histogram`; set by
+    # a backend that batches the rows itself, "" otherwise): the user's whole fine-tune is projected from it.
+    row_length_histogram: str = ""
     # The slowest measured steps as `steady_state` describes them (set by `summary`).
     outlier_descriptions: list[str] = field(default_factory=list)
     _nvml: NvmlPeakSampler | None = None
@@ -166,6 +169,10 @@ class StepRecorder:
     def memory_phase(self, name: str) -> AbstractContextManager[None]:
         """The block's GPU memory peaks count in memory phase `name` (`MEMORY_PHASES`), however it ends."""
         return self._memory.within(name)
+
+    def record_row_lengths(self, lengths: list[int]) -> None:
+        """Keep the lengths of the rows this run's batches are drawn from (after tokenization, truncation, packing)."""
+        self.row_length_histogram = length_histogram(lengths)
 
     def attach_model(self, model: torch.nn.Module, training: bool = True) -> None:
         """Enable model-FLOPs accounting (see `finetune_bench.measuring.flops`) for `model`: a training step's count

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from finetune_bench.measuring.metrics import ENERGY_UNAVAILABLE
+from finetune_bench.measuring.steady_state import ROW_LENGTHS
 from finetune_bench.results.record import ERROR, NONFINITE, OK, OOM, says_out_of_memory
 from finetune_bench.running import faults
 
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome.details[ENERGY_UNAVAILABLE] = recorder.energy_unavailable
     # which FLOPs count model_flops_per_token / achieved_tflops / mfu used (training, LoRA or forward only)
     outcome.details["model_flops_formula"] = recorder.flops_formula
+    if recorder.row_length_histogram:  # the rows its batches were drawn from: the fine-tune is projected from them
+        outcome.details[ROW_LENGTHS] = recorder.row_length_histogram
     if recorder.outlier_descriptions:  # the slowest measured steps against their expected time, and their shapes
         outcome.details["outlier_steps"] = "; ".join(recorder.outlier_descriptions)
     recorder.write_steps(opts.out / STEPS_FILE)  # with the last step's loss, recorded after it ended

@@ -31,8 +31,8 @@ def cpu_timings_note(a: GridAnalysis) -> str:
 
 def headline(a: GridAnalysis) -> list[str]:
     """The Summary's first line as plain text, for a console: how the runs ended, how many were reused (on a CPU,
-    that its timings say nothing about speed), then each arm's verdict and, where the grid swept software sets, the
-    set to run per arm."""
+    that its timings say nothing about speed), then each arm's verdict on the user's whole fine-tune, each arm's
+    verdict on what was measured and, where the grid swept software sets, the set to run per arm."""
     table = a.table
     counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
     first = f"{len(table)} runs of {table['condition_id'].nunique()} conditions: {counts}"
@@ -41,7 +41,7 @@ def headline(a: GridAnalysis) -> list[str]:
         first += f", {reused} of them reused from the results store"
     if ran_on_cpu(table):
         first += " (on a CPU: the timings say nothing about Liger's speed)"
-    return [first, *a.verdicts, *a.version_verdicts]
+    return [first, *a.fine_tune_verdicts, *a.verdicts, *a.version_verdicts]
 
 
 # The Recommendation's columns of GPU memory: a CPU run has none.
@@ -58,7 +58,14 @@ def recommendation_html(a: GridAnalysis) -> str:
         )
     return (
         "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out "
-        "of memory), and the GPU memory it leaves free (capacity minus peak reserved).</p>" + table_html(a.recommended)
+        "of memory), and the GPU memory it leaves free (capacity minus peak reserved)"
+        + (
+            f": ranked by the projected throughput of your whole fine-tune ({html.escape(a.fine_tune.describe())})"
+            if "projected_tokens_per_second" in a.recommended
+            else ""
+        )
+        + ".</p>"
+        + table_html(a.recommended)
     )
 
 
@@ -92,6 +99,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
         overview.append(f"<p>Not launched (every other run was):</p><ul>{items}</ul>")
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
+    overview.extend(f'<p class="verdict"><b>{html.escape(line)}</b></p>' for line in a.fine_tune_verdicts)
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
     overview.extend(f'<p class="verdict">{html.escape(line)} (see Versions)</p>' for line in a.version_verdicts)
     overview.extend(f'<div class="warning"><b>Batch shapes.</b> {html.escape(line)}</div>' for line in a.shape_notes)

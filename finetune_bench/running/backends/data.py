@@ -34,6 +34,17 @@ def tokenize_prompt_completion(
     return encoded.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))
 
 
+def training_row_lengths(data: "datasets.Dataset") -> list[int]:
+    """Every training row's length in tokens, in order (read from Arrow a chunk at a time: no row is built in
+    Python)."""
+    import pyarrow.compute as pc
+
+    lengths: list[int] = []
+    for chunk in data.select_columns(["input_ids"]).with_format("arrow").iter(batch_size=65536):
+        lengths.extend(pc.list_value_length(chunk["input_ids"]).to_pylist())
+    return lengths
+
+
 def collate(rows: list[dict], pad_token_id: int, pad_to_multiple_of: int = 0) -> dict[str, torch.Tensor]:
     """Right-pad to the longest row of the batch, rounded up to a multiple of `pad_to_multiple_of` (0: not
     rounded)."""

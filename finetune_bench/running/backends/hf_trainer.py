@@ -26,7 +26,12 @@ from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running.backends.common import load_model, profile_after_timed_steps, run_details
-from finetune_bench.running.backends.data import collate, require_one_batch, tokenize_prompt_completion
+from finetune_bench.running.backends.data import (
+    collate,
+    require_one_batch,
+    tokenize_prompt_completion,
+    training_row_lengths,
+)
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.backends.lora import adapters_trained, apply_lora
 from finetune_bench.running.backends.plain_loop import loss_details
@@ -72,6 +77,7 @@ def train(
         evaluator = HeldOutEvaluator(args, held_out, loaded.tokenizer, device, recorder)
         data = tokenize_prompt_completion(training, loaded.tokenizer, args.max_seq_length)
         require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
+        recorder.record_row_lengths(training_row_lengths(data))
         trainer_class = cut_cross_entropy_trainer(Trainer) if arm.cce else Trainer
         callback = recording_callback(recorder, evaluator)
         trainer = recording_trainer(trainer_class, recorder)(

@@ -68,6 +68,7 @@ from finetune_bench.running.backends.data import (
     pack,
     require_one_batch,
     tokenize_prompt_completion,
+    training_row_lengths,
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
 from finetune_bench.running.distributed import TrainingModule, gradient_sync, rank_sampler, share_model, unshared
@@ -423,6 +424,7 @@ def train(
                 collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
             )
         require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
+        recorder.record_row_lengths(training_row_lengths(data))
         batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
     optimizer = build_optimizer(args, model, work_dir)  # after sharding: FSDP's parameters are the shards
     scheduler = get_scheduler(

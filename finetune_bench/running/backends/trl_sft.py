@@ -27,6 +27,7 @@ from finetune_bench.running.backends.common import LoadedModel, load_model, prof
 from finetune_bench.running.backends.data import (
     check_packing_isolates_examples,
     require_one_batch,
+    training_row_lengths,
     with_room_for_a_completion,
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
@@ -148,4 +149,6 @@ def _trainer(
         processing_class=loaded.tokenizer,
         callbacks=[callback],
     )
+    # the rows as TRL made them (tokenized, truncated, packed): what its batches are drawn from
+    recorder.record_row_lengths(training_row_lengths(trainer.train_dataset))
     return trainer, callback
