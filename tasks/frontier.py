@@ -33,6 +33,7 @@ from finetune_bench.frontier.settings import (
     ProbeSettings,
     SeqLengthSearch,
     arm_name,
+    check_throughput_settings,
     frontier_arms,
     no_axes,
     plan_searches,
@@ -105,6 +106,7 @@ def plan_frontier(
         lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
         lambda: check_output_locations(results_store),
         lambda: check_wandb_key(dry_run or not measure_throughput),  # the probes log nothing
+        lambda: check_throughput_settings(measure_throughput, n_runs, force_fresh, results_store),
     )
     checked(  # what needs the searches: the GPUs they run on, and their first probes against the memory model
         lambda: None,

@@ -17,6 +17,7 @@ from finetune_bench.frontier.settings import (
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
+    check_throughput_settings,
 )
 from finetune_bench.inputs.plan import RunSettings
 from finetune_bench.inputs.reading import check_n_runs
@@ -189,4 +190,6 @@ def memory_frontier(
 
 # An inputs file is read as a whole before the CLI converts it input by input: every problem at once, the workflow's
 # own settings checked as planning checks them.
-read_inputs_whole(memory_frontier, (check_n_runs, validate_run_settings, check_frontier_prediction))
+read_inputs_whole(
+    memory_frontier, (check_n_runs, validate_run_settings, check_frontier_prediction, check_throughput_settings)
+)

@@ -170,6 +170,27 @@ class FrontierSearch:
     guided: bool = True
 
 
+def check_throughput_settings(measure_throughput: bool, n_runs: int, force_fresh: bool, results_store: str) -> None:
+    """The settings that act only on the throughput runs at the frontiers (their repeats, and the results store that
+    keeps and reuses them: probes always run afresh, once each, and are never stored) are refused where there are no
+    throughput runs, so that a user who writes them is not left believing they acted; every problem at once."""
+    if measure_throughput:
+        return
+    given = {
+        "n_runs": n_runs if n_runs != 1 else None,
+        "force_fresh": force_fresh or None,
+        "results_store": results_store or None,
+    }
+    problems = [
+        f"{name} ({value!r}) acts only on the throughput runs at the frontiers, and measure_throughput is false: "
+        f"set measure_throughput: true, or leave {name} out (probes always run afresh, once each, and are never stored)"
+        for name, value in given.items()
+        if value is not None
+    ]
+    if problems:
+        raise SpecError(*problems)
+
+
 def plan_searches(
     training_args: TrainingArgs,
     arms: list[FrontierArm],

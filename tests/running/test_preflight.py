@@ -80,3 +80,25 @@ def test_on_two_ranks_the_data_must_fill_the_batch_of_both(sources):
     refused = {r.training_args.num_gpus: r.refused for r in refuse_unfillable(planned, dataset_dir, model_dir)}
     assert refused[1] == ""
     assert f"the dataset has {usable} usable examples, fewer than one batch of {2 * usable}" in refused[2]
+
+
+def test_the_plain_loop_packs_too_few_rows_for_a_batch_is_refused_before_launch(sources):
+    """The plain loop cuts packed rows of max_seq_length from the examples' tokens: a dataset whose tokens fill
+    fewer rows than one batch would only fail in the run; TRL packs whole examples (one is enough)."""
+    from transformers import AutoTokenizer
+
+    from finetune_bench.running.backends.data import pack, packed_rows
+
+    dataset_dir, model_dir = sources
+    dataset, tokenizer = load_prompt_completion(dataset_dir), AutoTokenizer.from_pretrained(model_dir)
+    length = 64
+    rows = packed_rows(dataset, tokenizer, [length])[length]
+    assert rows == len(pack(tokenize_prompt_completion(dataset, tokenizer, length), length))
+    for batch, refused in ((rows, False), (rows + 1, True)):
+        training = TrainingArgs(
+            backend="plain_loop", packing=True, max_seq_length=length, per_device_train_batch_size=batch
+        )
+        (run,) = refuse_unfillable(plan_runs(ExperimentArgs(arm=["baseline"]), training, 1), dataset_dir, model_dir)
+        assert bool(run.refused) is refused, run.refused
+        if refused:
+            assert f"make {rows} rows, fewer than one batch of {rows + 1}" in run.refused

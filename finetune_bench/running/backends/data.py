@@ -198,6 +198,18 @@ def usable_examples(
     return {length: sum(n < length for n in prompt_lengths) for length in lengths}
 
 
+def packed_rows(
+    dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", lengths: list[int]
+) -> dict[int, int]:
+    """How many rows `pack` makes of the examples `tokenize_prompt_completion` keeps, at each max_seq_length of
+    `lengths`: their tokens (each example truncated to the length) over the length, the partial last row dropped."""
+    rows = {}
+    for length in lengths:
+        tokens = sum(training_row_lengths(tokenize_prompt_completion(dataset, tokenizer, length)))
+        rows[length] = tokens // length
+    return rows
+
+
 def with_room_for_a_completion(
     dataset: "datasets.Dataset", tokenizer: "transformers.PreTrainedTokenizerBase", max_seq_length: int
 ) -> "datasets.Dataset":
