@@ -41,6 +41,8 @@ from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
     axis_names,
+    smoke_experiment,
+    swept_axes,
     validate_experiment_args,
     validate_training_args,
 )
@@ -65,6 +67,30 @@ def validate(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_run
         validate_training_args(training_args)
     with problems.check():
         check_grid_size(experiment_args, n_runs)
+    with problems.check():
+        check_not_replaced_by_axes(experiment_args, training_args)
+    problems.raise_if_any()
+
+
+def check_not_replaced_by_axes(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:
+    """Refuse a training_args value (not its default) for an axis the grid sweeps: every condition takes the axis'
+    values instead, so the value would change nothing (the workflow's default grid sweeps `arm` and the batch size
+    when a file gives no experiment_args)."""
+    swept = swept_axes(experiment_args)
+    default = smoke_experiment() == experiment_args
+    problems = Problems()
+    for name, values in swept.items():
+        declared = next(f for f in dataclasses.fields(TrainingArgs) if f.name == name)
+        unset = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
+        value = getattr(training_args, name)
+        if value == unset:
+            continue
+        grid = " (the workflow's default grid, used when the file gives no experiment_args)" if default else ""
+        problems.found.append(
+            f"training_args.{name} ({value!r}) is replaced in every condition by experiment_args.{name} "
+            f"{values!r}{grid}, so it would change nothing: sweep it there (experiment_args: {{{name}: [{value!r}]}}) "
+            f"or leave it out of training_args"
+        )
     problems.raise_if_any()
 
 
