@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from finetune_bench.analysis.batch_shapes import REMEDY
 from finetune_bench.analysis.numbers import number_text
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.inputs.errors import Problems
@@ -49,6 +50,10 @@ from finetune_bench.results.record import OK
 
 # Seeded draws of the fine-tune's data order whose counts are averaged.
 DRAWS = 8
+# Where new shapes make more than this share of a projected time and fewer than `SURE_NEW_SHAPE_SAMPLES` timed steps
+# priced them, the verdict says the figure rests on them.
+UNSURE_NEW_SHAPE_SHARE = 0.05
+SURE_NEW_SHAPE_SAMPLES = 10
 # The per-run figures the projection adds to the results table.
 PROJECTED_TIME = "projected_fine_tune_s"
 PROJECTED_THROUGHPUT = "projected_tokens_per_second"
@@ -200,6 +205,8 @@ class StepCosts:
     line: StepTimeModel
     new_shape_step_s: float | None
     warmup_s: float
+    # How many timed new-shape steps the new-shape cost is the mean of.
+    new_shape_samples: int = 0
 
 
 def step_costs(steps: pd.DataFrame) -> StepCosts:
@@ -217,7 +224,13 @@ def step_costs(steps: pd.DataFrame) -> StepCosts:
             "make shapes repeat)"
         )
     excess = [max(s.seconds - line.expected(s.padded_tokens), 0.0) for s in timed if s.new_shape]
-    return StepCosts(line, sum(excess) / len(excess) if excess else None, float(steps.loc[warmup, "step_time_s"].sum()))
+    mean = sum(excess) / len(excess) if excess else None
+    return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess))
+
+
+def new_shapes_seconds(costs: StepCosts, plan: Schedule) -> float:
+    """What the fine-tune's new-shape steps after the warm-up cost beyond the line (0 without a cost)."""
+    return plan.new_shape_steps * (costs.new_shape_step_s or 0.0)
 
 
 def projected_seconds(costs: StepCosts, plan: Schedule) -> float:
@@ -253,6 +266,9 @@ PROJECTION_COLUMNS = [
     "fine_tune_steps",
     "fine_tune_batch_shapes",
     "fine_tune_new_shape_steps",
+    # the share of the projected time that the new shapes' cost makes, and how many timed steps priced it
+    "new_shape_share",
+    "new_shape_samples",
     PROJECTED_TIME,
     PROJECTED_THROUGHPUT,
     "projection_note",
@@ -285,8 +301,11 @@ def projection_table(results: list, steps: pd.DataFrame, fine_tune: FineTune) ->
             mine = steps[(steps["condition_id"] == result.condition_id) & (steps["run_number"] == result.run_number)]
             if mine.empty:
                 raise NotProjected("the run's steps are not known")
-            seconds = projected_seconds(step_costs(mine), plan)
+            costs = step_costs(mine)
+            seconds = projected_seconds(costs, plan)
             row.update(
+                new_shape_share=new_shapes_seconds(costs, plan) / seconds,
+                new_shape_samples=costs.new_shape_samples,
                 fine_tune_steps=plan.steps,
                 fine_tune_batch_shapes=plan.batch_shapes,
                 fine_tune_new_shape_steps=plan.new_shape_steps,
@@ -355,11 +374,20 @@ def projection_verdicts(
             times.append(text)
         timed = at["steps_measured"].median() if "steps_measured" in at else float("nan")
         timed_text = f"all {timed:.0f} timed steps" if pd.notna(timed) else "all timed steps"
+        share, samples = runs["new_shape_share"].max(), runs["new_shape_samples"].min()
+        caveat = (
+            f" New shapes make {share:.0%} of a projected time, priced from {samples:.0f} timed step(s) that met one: "
+            f"a few lengths can cost far more than the rest (cuDNN's attention plans; docs/report.md#your-fine-tune), "
+            f"so run more steps for a surer figure, or make shapes repeat ({REMEDY})."
+            if share > UNSURE_NEW_SHAPE_SHARE and samples < SURE_NEW_SHAPE_SAMPLES
+            else ""
+        )
         lines.append(
             f"{row['arm']}: your fine-tune ({'' if fine_tune.steps else fine_tune.describe() + ': '}{steps:,.0f} "
             f"steps, {shapes:.0f} batch shape{'' if round(shapes) == 1 else 's'}){where}: {', '.join(times)}: "
             "throughput "
             f"{_ratio_text(row, 'projected_throughput')} (projected); steady state "
             f"{_ratio_text(row, 'steady_throughput')}, {timed_text} {_ratio_text(row, 'throughput')} (as measured)."
+            + caveat
         )
     return lines
