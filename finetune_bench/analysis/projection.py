@@ -8,7 +8,8 @@ What does not depend on it:
 - **the rows the loader batches**: every training row's length after tokenization, truncation and packing, recorded
   by the run as a histogram (`measuring.steady_state.ROW_LENGTHS`: the same rows whatever the arm);
 - **the step-time line**: the expected time of a step of P padded tokens (`measuring.steady_state.fit_step_time`,
-  from the timed steps that met no new shape), and the mean time a timed new-shape step took beyond it.
+  from the timed steps that met no new shape, moved to their mean: a total is a sum), and the mean time a timed
+  new-shape step took beyond it.
 
 The fine-tune's batches are drawn as the plain loop draws them: each epoch a new permutation of the rows, split over
 the ranks as a `DistributedSampler` splits it (every W-th row), batches of `per_device_train_batch_size` consecutive
@@ -30,7 +31,8 @@ No torch: numpy and the step table's plain numbers.
 """
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -41,6 +43,7 @@ from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.inputs.errors import Problems
 from finetune_bench.measuring.steady_state import (
     MIN_STEADY_STEPS,
+    OUTLIER_FACTOR,
     ROW_LENGTHS,
     StepTimeModel,
     TimedStep,
@@ -54,6 +57,8 @@ DRAWS = 8
 # priced them, the verdict says the figure rests on them.
 UNSURE_NEW_SHAPE_SHARE = 0.05
 SURE_NEW_SHAPE_SAMPLES = 10
+# The key of a run's details holding its new-shape probes (JSON {length: seconds}; `running.backends.shape_probes`).
+SHAPE_PROBES = "shape_probes"
 # The per-run figures the projection adds to the results table.
 PROJECTED_TIME = "projected_fine_tune_s"
 PROJECTED_THROUGHPUT = "projected_tokens_per_second"
@@ -105,6 +110,9 @@ class Schedule:
     # Every step's non-padding tokens, all ranks; the distinct micro-batch lengths any rank fed.
     tokens: float
     batch_shapes: float
+    # The new-shape steps after the warm-up by the lengths new in them (several: ranks that met one each), and how
+    # many there are of each (averaged over the draws).
+    new_lengths: dict[tuple[int, ...], float] = field(default_factory=dict)
 
 
 # More epochs or steps than any fine-tune trains: a slip (a token count written for steps).
@@ -174,6 +182,7 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
     micro_batches = steps * accumulation
     epochs = -(-micro_batches // micro_per_epoch)
     padded = new = tokens = shapes = 0.0
+    new_lengths: Counter = Counter()
     for draw in range(DRAWS):
         rng = np.random.default_rng([seed, draw])
         longest, rows_tokens = _micro_batch_lengths(lengths, batching, epochs, rng)[:, :, :micro_batches]
@@ -181,11 +190,15 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
         step_padded = longest[0].reshape(steps, accumulation).sum(axis=1) * rows
         padded += float(step_padded[warmup:].sum())
         tokens += float(rows_tokens.sum())
-        first_steps = set()
+        new_at: dict[int, set[int]] = {}  # step → the lengths some rank meets first there
         for rank_lengths in longest:  # the micro-batch where each length first appears on the rank
-            _, first = np.unique(rank_lengths, return_index=True)
-            first_steps.update((first // accumulation).tolist())
-        new += sum(step >= warmup for step in first_steps)
+            seen, first = np.unique(rank_lengths, return_index=True)
+            for length, step in zip(seen.tolist(), (first // accumulation).tolist(), strict=True):
+                new_at.setdefault(step, set()).add(length)
+        for step, met in new_at.items():
+            if step >= warmup:
+                new += 1
+                new_lengths[tuple(sorted(met))] += 1
         shapes += len(np.unique(longest))
     return Schedule(
         steps=steps,
@@ -194,57 +207,103 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
         new_shape_steps=new / DRAWS,
         tokens=tokens / DRAWS,
         batch_shapes=shapes / DRAWS,
+        new_lengths={lengths: count / DRAWS for lengths, count in new_lengths.items()},
     )
+
+
+def length_frequencies(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed: int = 0) -> dict[int, float]:
+    """How many micro-batches of each padded length the fine-tune feeds (any rank), averaged over `DRAWS` draws."""
+    steps = fine_tune_steps(len(lengths), batching, fine_tune)
+    micro_per_epoch = (len(lengths) // batching.world_size) // batching.batch_size
+    if steps < 1 or micro_per_epoch < 1:
+        return {}
+    micro_batches = steps * batching.accumulation
+    epochs = -(-micro_batches // micro_per_epoch)
+    counts: Counter = Counter()
+    for draw in range(DRAWS):
+        longest = _micro_batch_lengths(lengths, batching, epochs, np.random.default_rng([seed, draw]))[0]
+        counts.update(longest[:, :micro_batches].ravel().tolist())
+    return {int(length): count / DRAWS for length, count in counts.items()}
 
 
 @dataclass(frozen=True)
 class StepCosts:
     """What a run's timed steps say a step costs: the step-time line, and the mean time a new-shape step took beyond
-    it (None: no timed step met a new shape); with the warm-up steps' measured time."""
+    it (where no timed step met a new shape, the warm-up's new-shape steps after its first; None: none did); with the
+    warm-up steps' measured time."""
 
     line: StepTimeModel
     new_shape_step_s: float | None
     warmup_s: float
-    # How many timed new-shape steps the new-shape cost is the mean of.
+    # How many new-shape steps the new-shape cost is the mean of.
     new_shape_samples: int = 0
+    # The probes' lengths and what a step at each took beyond the line the first time (`running.backends.shape_probes`).
+    probed: dict[int, float] = field(default_factory=dict)
+
+    def length_cost(self, length: int) -> float:
+        """What a step meeting `length` first costs beyond the line: its probe's, else the mean new-shape cost."""
+        return self.probed.get(length, self.new_shape_step_s or 0.0)
 
 
-def step_costs(steps: pd.DataFrame) -> StepCosts:
+def step_costs(steps: pd.DataFrame, probes: dict[int, float] | None = None, rows_per_probe: int = 1) -> StepCosts:
     """A run's step costs from its rows of the step table (`step`, `step_time_s`, `padded_tokens`, `new_shape`,
-    `is_warmup`, ...). Raises NotProjected when its steady state is not known."""
+    `is_warmup`, ...) and its probes (seconds of a step at each length, `rows_per_probe` rows of it: the batch times
+    the micro-batches of a step). The mean new-shape cost is over the timed new-shape steps and the probes. Raises
+    NotProjected when its steady state is not known."""
     warmup = steps["is_warmup"].astype(bool)
     timed = [
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
     ]
-    line = fit_step_time([s for s in timed if not s.new_shape and s.padded_tokens > 0])
+    steady = [s for s in timed if not s.new_shape and s.padded_tokens > 0]
+    line = fit_step_time(steady)
     if line is None:
         raise NotProjected(
             f"fewer than {MIN_STEADY_STEPS} timed steps met no new batch shape: no step-time line (run more steps, or "
             "make shapes repeat)"
         )
+    # A total is a sum: the line moved to the steady steps' mean (the median-based fit sits below a right tail of
+    # slightly slower steps), the outliers left out (a rare pause is no part of every step).
+    residuals = [s.seconds - line.expected(s.padded_tokens) for s in steady]
+    usual = [
+        r
+        for s, r in zip(steady, residuals, strict=True)
+        if s.seconds <= OUTLIER_FACTOR * line.expected(s.padded_tokens)
+    ]
+    if usual:
+        line = StepTimeModel(line.intercept + sum(usual) / len(usual), line.slope, line.kind)
+    probed = {
+        length: max(seconds - line.expected(length * rows_per_probe), 0.0) for length, seconds in (probes or {}).items()
+    }
     excess = [max(s.seconds - line.expected(s.padded_tokens), 0.0) for s in timed if s.new_shape]
+    excess += probed.values()
+    if not excess:  # the warm-up's new shapes after its first step (which pays for everything met first)
+        rows = steps[warmup & steps["new_shape"].astype(bool) & (steps["step"] > steps["step"].min())]
+        excess = [max(r.step_time_s - line.expected(r.padded_tokens), 0.0) for r in rows.itertuples()]
     mean = sum(excess) / len(excess) if excess else None
-    return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess))
+    return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed)
 
 
 def new_shapes_seconds(costs: StepCosts, plan: Schedule) -> float:
-    """What the fine-tune's new-shape steps after the warm-up cost beyond the line (0 without a cost)."""
-    return plan.new_shape_steps * (costs.new_shape_step_s or 0.0)
+    """What the fine-tune's new-shape steps after the warm-up cost beyond the line (0 without a cost): each at its
+    lengths' cost (`StepCosts.length_cost`; several ranks meeting a length each: the dearest, as they wait for it)."""
+    if not plan.new_lengths:
+        return plan.new_shape_steps * (costs.new_shape_step_s or 0.0)
+    return sum(count * max(costs.length_cost(length) for length in met) for met, count in plan.new_lengths.items())
 
 
 def projected_seconds(costs: StepCosts, plan: Schedule) -> float:
     """The fine-tune's training time on `costs`: the warm-up as measured, the steps after it on the line, and their
     new-shape steps at the mean new-shape cost. Raises NotProjected when the fine-tune meets new shapes after the
-    warm-up and no timed step of the run met one (their cost is not known)."""
+    warm-up and no step of the run but its first met one (their cost is not known)."""
     new_shapes = 0.0
     if plan.new_shape_steps >= 0.5:
         if costs.new_shape_step_s is None:
             raise NotProjected(
-                f"the fine-tune meets about {plan.new_shape_steps:.0f} new batch shapes, and no timed step of this run "
-                "met one: their cost is not known (run more steps)"
+                f"the fine-tune meets about {plan.new_shape_steps:.0f} new batch shapes, and no step of this run but "
+                "its first met one: their cost is not known (run more steps)"
             )
-        new_shapes = plan.new_shape_steps * costs.new_shape_step_s
+        new_shapes = new_shapes_seconds(costs, plan)
     line = costs.line.intercept * plan.projected_steps + costs.line.slope * plan.padded_tokens
     return costs.warmup_s + line + new_shapes
 
@@ -301,7 +360,8 @@ def projection_table(results: list, steps: pd.DataFrame, fine_tune: FineTune) ->
             mine = steps[(steps["condition_id"] == result.condition_id) & (steps["run_number"] == result.run_number)]
             if mine.empty:
                 raise NotProjected("the run's steps are not known")
-            costs = step_costs(mine)
+            probes = {int(k): float(v) for k, v in json.loads(result.details.get(SHAPE_PROBES) or "{}").items()}
+            costs = step_costs(mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps)
             seconds = projected_seconds(costs, plan)
             row.update(
                 new_shape_share=new_shapes_seconds(costs, plan) / seconds,
@@ -376,7 +436,7 @@ def projection_verdicts(
         timed_text = f"all {timed:.0f} timed steps" if pd.notna(timed) else "all timed steps"
         share, samples = runs["new_shape_share"].max(), runs["new_shape_samples"].min()
         caveat = (
-            f" New shapes make {share:.0%} of a projected time, priced from {samples:.0f} timed step(s) that met one: "
+            f" New shapes make {share:.0%} of a projected time, priced from {samples:.0f} step(s) that met one: "
             f"a few lengths can cost far more than the rest (cuDNN's attention plans; docs/report.md#your-fine-tune), "
             f"so run more steps for a surer figure, or make shapes repeat ({REMEDY})."
             if share > UNSURE_NEW_SHAPE_SHARE and samples < SURE_NEW_SHAPE_SAMPLES

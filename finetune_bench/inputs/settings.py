@@ -105,6 +105,10 @@ def _lora(t: Any) -> bool:
     return t.lora_rank > 0
 
 
+def _probes_padded_shapes(t: Any) -> bool:
+    return t.backend == "plain_loop" and not t.packing and t.device != "cpu"
+
+
 def _several_gpus(t: Any) -> bool:
     return t.num_gpus * t.num_nodes > 1
 
@@ -118,10 +122,13 @@ _WITH_A_REAL_DATASET = "with a hub or local dataset (generated data has no split
 _ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
 _WHERE_IT_TRAINS = "where the backend trains (forward_only builds no optimizer and runs no backward)"
 _WITH_LORA = "with LoRA (lora_rank above 0)"
+_PADDED_PLAIN_LOOP_ON_A_GPU = "with the plain loop on padded batches on a GPU (backend plain_loop, packing false)"
 _WITH_DDP = "with parallelism 'ddp' on several GPUs (num_gpus × num_nodes above 1)"
 # The largest DDP bucket taken: a bucket of gradients larger than 16 GiB is a unit slip (bytes written for MiB).
 MAX_DDP_BUCKET_MB = 16384
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
+# New-shape probes: each is a training step; a few hundred price every length a padded dataset makes.
+MAX_NEW_SHAPE_PROBES = 512
 # Profiled steps: a trace of a few steps shows every kernel; hundreds would make traces of gigabytes.
 MAX_PROFILE_STEPS = 100
 
@@ -239,6 +246,19 @@ class TrainingArgs(StrictFromJson):
         3,
         requirement(lambda v: v > 0, "must be positive"),
         requirement(lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"),
+    )
+    # After the timed steps, one step at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
+    # meets that the run has not fed, each timed: what a length costs the first time (most cost a step's time, a few
+    # ten times that: cuDNN's attention plans), which the projection of your whole fine-tune prices its new shapes with
+    # (docs/report.md#your-fine-tune). Outside every timed figure; on a CPU none are made.
+    new_shape_probes: int = acts_only(
+        setting(
+            32,
+            requirement(lambda v: v >= 0, "must be 0 or more" + _ZERO_TURNS_IT_OFF),
+            requirement(lambda v: v <= MAX_NEW_SHAPE_PROBES, f"must be at most {MAX_NEW_SHAPE_PROBES}"),
+        ),
+        _probes_padded_shapes,
+        _PADDED_PLAIN_LOOP_ON_A_GPU,
     )
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,

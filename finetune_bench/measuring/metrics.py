@@ -140,6 +140,10 @@ _TIMELINE = (
         "scheduler built (the Trainer backends: the Trainer's own preparation)",
     ),
     _phase("timed_steps_s", "wall time of the measured steps (the slowest rank's)"),
+    _phase(
+        "shape_probes_s",
+        "the new-shape probes after the timed steps (`new_shape_probes`): one step at each length probed",
+    ),
     _phase("profile_s", "the profiled steps after the timed ones (`profile`)"),
     _phase(
         "teardown_s",

@@ -170,6 +170,11 @@ class StepRecorder:
         """The block's GPU memory peaks count in memory phase `name` (`MEMORY_PHASES`), however it ends."""
         return self._memory.within(name)
 
+    @property
+    def shapes_fed(self) -> set[str]:
+        """Every micro-batch shape the run has fed ("8x512")."""
+        return set(self._shapes_seen)
+
     def record_row_lengths(self, lengths: list[int]) -> None:
         """Keep the lengths of the rows this run's batches are drawn from (after tokenization, truncation, packing)."""
         self.row_length_histogram = length_histogram(lengths)

@@ -118,7 +118,7 @@ def test_a_run_whose_timed_steps_met_no_new_shape_cannot_price_new_shapes():
     from finetune_bench.analysis.projection import Schedule
 
     plan = Schedule(steps=50, projected_steps=50, padded_tokens=5e4, new_shape_steps=3.0, tokens=0.0, batch_shapes=4)
-    with pytest.raises(NotProjected, match="no timed step of this run met one"):
+    with pytest.raises(NotProjected, match="no step of this run but its first met one"):
         projected_seconds(costs, plan)
     with pytest.raises(NotProjected, match="no step-time line"):
         step_costs(_steps([(1, 0.2, 1000, False, False), (2, 0.3, 1000, True, False)]))
@@ -206,3 +206,53 @@ def test_a_run_without_row_lengths_says_why_it_is_not_projected(tmp_path):
     analysis = analyze_grid(planned, results, {})
     assert analysis.table["projection_note"].str.contains("recorded no row lengths").all()
     assert any("is not projected: the run recorded no row lengths" in line for line in headline(analysis))
+
+
+def test_each_new_length_is_priced_at_its_probe_and_the_others_at_the_mean():
+    from finetune_bench.analysis.projection import Schedule, new_shapes_seconds
+
+    costs = StepCosts(StepTimeModel(0.0, 1e-4, "line"), 0.3, 0.0, 3, probed={960: 0.1, 896: 1.5})
+    plan = Schedule(
+        steps=10, projected_steps=10, padded_tokens=0.0, new_shape_steps=3.5, tokens=0.0, batch_shapes=4,
+        new_lengths={(960,): 1.0, (896,): 2.0, (832, 896): 0.5},
+    )  # fmt: skip
+    # 832 unprobed: the mean; two ranks meeting 832 and 896 in one step wait for the dearer
+    assert new_shapes_seconds(costs, plan) == pytest.approx(1.0 * 0.1 + 2.0 * 1.5 + 0.5 * 1.5)
+
+
+def test_the_schedule_names_the_lengths_new_in_each_step():
+    lengths = np.arange(1, 65)
+    plan = schedule(lengths, Batching(batch_size=1, warmup_steps=4), FineTune(epochs=1))
+    assert sum(plan.new_lengths.values()) == pytest.approx(plan.new_shape_steps)
+    assert all(len(met) == 1 for met in plan.new_lengths)  # one rank, one micro-batch a step: one length each
+    from finetune_bench.analysis.projection import length_frequencies
+
+    frequencies = length_frequencies(lengths, Batching(batch_size=1), FineTune(epochs=2))
+    assert frequencies == {length: 2.0 for length in range(1, 65)}  # every row twice, each its own length
+
+
+def test_the_probes_time_the_likeliest_lengths_the_run_has_not_fed():
+    import datasets
+    import torch
+
+    from finetune_bench.running.backends.data import collate
+    from finetune_bench.running.backends.shape_probes import ranked_lengths, time_new_shapes
+
+    row_lengths = [4] * 10 + [6] * 10 + [8] * 10 + [10] * 2 + [12] * 2
+    data = datasets.Dataset.from_dict(
+        {"input_ids": [[1] * n for n in row_lengths], "labels": [[1] * n for n in row_lengths]}
+    )
+    args = TrainingArgs(backend="plain_loop", per_device_train_batch_size=2, new_shape_probes=2)
+    fed_lengths = []
+
+    def step(rows):
+        fed_lengths.append(rows["input_ids"].shape)
+
+    seconds = time_new_shapes(
+        args, data, row_lengths, {"2x10", "2x6"}, lambda rows: collate(rows, 0), step, torch.device("cpu")
+    )
+    ranked = ranked_lengths(np.array(row_lengths), args)
+    expected = [length for length in ranked if length not in (10, 6) and length <= 10][:2]
+    assert [int(length) for length in seconds] == expected and 12 not in expected  # never past the longest fed
+    assert [tuple(shape) for shape in fed_lengths] == [(2, length) for length in expected]
+    assert all(value >= 0 for value in seconds.values())

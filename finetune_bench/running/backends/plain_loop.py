@@ -71,6 +71,7 @@ from finetune_bench.running.backends.data import (
     training_row_lengths,
 )
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
+from finetune_bench.running.backends.shape_probes import probe_new_shapes
 from finetune_bench.running.distributed import TrainingModule, gradient_sync, rank_sampler, share_model, unshared
 from finetune_bench.running.float8 import precompute_float8_scales
 from finetune_bench.running.liger_patching import loss_path, unwrap_peft
@@ -424,7 +425,8 @@ def train(
                 collate, pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=args.pad_to_multiple_of
             )
         require_one_batch(len(data), args.examples_per_step, args.max_seq_length)
-        recorder.record_row_lengths(training_row_lengths(data))
+        row_lengths = training_row_lengths(data)
+        recorder.record_row_lengths(row_lengths)
         batches = training_batches(data, args, collate_rows, pin_memory=device.type == "cuda")
     optimizer = build_optimizer(args, model, work_dir)  # after sharding: FSDP's parameters are the shards
     scheduler = get_scheduler(
@@ -435,12 +437,12 @@ def train(
     )
     scaling = LossScaling(device, mixed_float16, optimizer)
 
-    def optimizer_step(record: bool) -> torch.Tensor:
-        """One optimizer step over `gradient_accumulation_steps` micro-batches; its loss. `record`: the
-        recorder counts its tokens (a timed step)."""
+    def optimizer_step(record: bool, rows: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """One optimizer step over `gradient_accumulation_steps` micro-batches (the loader's, or `rows` each time);
+        its loss. `record`: the recorder counts its tokens (a timed step)."""
         step_loss = torch.zeros((), device=device)
         for micro_batch in range(args.gradient_accumulation_steps):
-            batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+            batch = {k: v.to(device, non_blocking=True) for k, v in (rows or next(batches)).items()}
             if record:
                 recorder.add_batch(batch.get("attention_mask"), batch["input_ids"])
             with gradient_sync(trained, sync=micro_batch == args.gradient_accumulation_steps - 1):
@@ -472,8 +474,13 @@ def train(
         faults.maybe_inject(step, model)
         evaluate(step)
     scaled = scaling.details(model)  # of the training steps, before any profiled one
+    recorder.end_training()  # what follows is no training step: nothing of it is counted
+    with recorder.phase("shape_probes_s"):
+        probed = probe_new_shapes(
+            args, data, row_lengths, recorder.shapes_fed, collate_rows, partial(optimizer_step, False), device
+        )
     profiled = profile_after_timed_steps(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir
     )  # a failure: a detail
 
-    return {**run_details(loaded, path), **loss_details(path, device), **scaled, **profiled}
+    return {**run_details(loaded, path), **loss_details(path, device), **scaled, **probed, **profiled}
