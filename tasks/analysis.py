@@ -16,9 +16,9 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
-from finetune_bench.analysis.projection import FineTune
 from finetune_bench.inputs.plan import PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.secrets import redact, secret_values
+from finetune_bench.prediction.fine_tune import FineTune
 from finetune_bench.reporting.benchmark_report import grid_report
 from finetune_bench.reporting.html import Report
 from finetune_bench.results.record import ERROR, NONFINITE, TIMEOUT, RunResult

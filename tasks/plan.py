@@ -11,13 +11,13 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.analysis.projection import check_fine_tune
 from finetune_bench.inputs.arms import component_notes, parse_arm
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
 from finetune_bench.prediction import gpus
+from finetune_bench.prediction.fine_tune import check_fine_tune
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.prediction.grid import (
     GridEstimate,

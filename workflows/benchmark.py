@@ -12,11 +12,11 @@ from flytekit.extras.accelerators import GPUAccelerator
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.analysis.projection import check_fine_tune
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, RunSettings
 from finetune_bench.inputs.reading import check_n_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, smoke_experiment
 from finetune_bench.inputs.validation import validate_run_settings
+from finetune_bench.prediction.fine_tune import check_fine_tune
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.sources.versions import SourceVersions
 from images import training_image

@@ -15,7 +15,7 @@ from finetune_bench.analysis.parity import (
     parity_summary,
     with_loss_parity,
 )
-from finetune_bench.analysis.projection import FineTune, projection_table, projection_verdicts
+from finetune_bench.analysis.projection import projection_table, projection_verdicts
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stacks import best_stack_per_budget, component_contributions, stacks_table
@@ -37,6 +37,7 @@ from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.analysis.versions import sweeps_software, versions_table, versions_verdicts
 from finetune_bench.inputs.plan import PlannedRun, not_launched
 from finetune_bench.measuring.metrics import GIB
+from finetune_bench.prediction.fine_tune import FineTune
 from finetune_bench.results.record import OK, RunResult
 
 

@@ -35,6 +35,8 @@ OUTLIERS_DESCRIBED = 5
 # The key of a run's details holding the histogram of its training rows' lengths (`length_histogram`): what the
 # projection of the user's whole fine-tune draws its batches from (`analysis.projection`).
 ROW_LENGTHS = "row_lengths"
+# The key of a run's details holding its new-shape probes (JSON {length: seconds}; `running.backends.shape_probes`).
+SHAPE_PROBES = "shape_probes"
 
 
 def length_histogram(lengths: Iterable[int]) -> str:

@@ -9,22 +9,21 @@ import pandas as pd
 import pytest
 
 from finetune_bench.analysis.grid import analyze_grid
-from finetune_bench.analysis.projection import (
-    Batching,
-    FineTune,
-    NotProjected,
-    StepCosts,
-    duration_text,
-    fine_tune_steps,
-    projected_seconds,
-    row_lengths,
-    schedule,
-    step_costs,
-)
+from finetune_bench.analysis.projection import StepCosts, duration_text, projected_seconds, step_costs
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.measuring.steady_state import ROW_LENGTHS, StepTimeModel, length_histogram
 from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.prediction.fine_tune import (
+    Batching,
+    FineTune,
+    NotProjected,
+    Schedule,
+    fine_tune_steps,
+    length_frequencies,
+    row_lengths,
+    schedule,
+)
 from finetune_bench.reporting.benchmark_tabs.summary import headline
 from finetune_bench.results.record import RunResult
 
@@ -105,8 +104,6 @@ def test_step_costs_read_the_line_the_new_shape_cost_and_the_warm_up():
     assert costs.line.intercept == pytest.approx(0.1) and costs.line.slope == pytest.approx(1e-5)
     assert costs.new_shape_step_s == pytest.approx(0.3) and costs.warmup_s == 5.0
     plan_args = dict(steps=101, projected_steps=100, padded_tokens=200_000.0, tokens=0.0, batch_shapes=5.0)
-    from finetune_bench.analysis.projection import Schedule
-
     plan = Schedule(new_shape_steps=4.0, **plan_args)
     assert projected_seconds(costs, plan) == pytest.approx(5.0 + 0.1 * 100 + 1e-5 * 200_000 + 4 * 0.3)
 
@@ -115,8 +112,6 @@ def test_a_run_whose_timed_steps_met_no_new_shape_cannot_price_new_shapes():
     rows = [(i, 0.2, 1000, False, False) for i in range(1, 6)]
     costs = step_costs(_steps(rows))
     assert costs.new_shape_step_s is None
-    from finetune_bench.analysis.projection import Schedule
-
     plan = Schedule(steps=50, projected_steps=50, padded_tokens=5e4, new_shape_steps=3.0, tokens=0.0, batch_shapes=4)
     with pytest.raises(NotProjected, match="no step of this run but its first met one"):
         projected_seconds(costs, plan)
@@ -209,7 +204,7 @@ def test_a_run_without_row_lengths_says_why_it_is_not_projected(tmp_path):
 
 
 def test_each_new_length_is_priced_at_its_probe_and_the_others_at_the_mean():
-    from finetune_bench.analysis.projection import Schedule, new_shapes_seconds
+    from finetune_bench.analysis.projection import new_shapes_seconds
 
     costs = StepCosts(StepTimeModel(0.0, 1e-4, "line"), 0.3, 0.0, 3, probed={960: 0.1, 896: 1.5})
     plan = Schedule(
@@ -225,8 +220,6 @@ def test_the_schedule_names_the_lengths_new_in_each_step():
     plan = schedule(lengths, Batching(batch_size=1, warmup_steps=4), FineTune(epochs=1))
     assert sum(plan.new_lengths.values()) == pytest.approx(plan.new_shape_steps)
     assert all(len(met) == 1 for met in plan.new_lengths)  # one rank, one micro-batch a step: one length each
-    from finetune_bench.analysis.projection import length_frequencies
-
     frequencies = length_frequencies(lengths, Batching(batch_size=1), FineTune(epochs=2))
     assert frequencies == {length: 2.0 for length in range(1, 65)}  # every row twice, each its own length
 

@@ -21,8 +21,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from finetune_bench.analysis.projection import SHAPE_PROBES, FineTune, batching_of, length_frequencies
 from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.measuring.steady_state import SHAPE_PROBES
+from finetune_bench.prediction.fine_tune import FineTune, batching_of, length_frequencies
 
 
 def ranked_lengths(lengths: np.ndarray, args: TrainingArgs) -> list[int]:
