@@ -14,6 +14,23 @@ from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E4
 from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
 from finetune_bench.reporting.html import arm_order, arm_palette, compact_table_html, figure_html  # noqa: E402
 
+# What the slow new-shape steps are, where it is known, and what makes them go away.
+NEW_SHAPE_CAUSE = (
+    "<p><b>Why a new shape can cost ten steps.</b> With SDPA attention on a GPU, PyTorch runs cuDNN's attention "
+    "kernel where it can (the profile's <code>attention_kernel</code>: <code>cudnn</code>), and cuDNN builds an "
+    "execution plan for each new sequence length, on the host, in the forward and the backward pass. Most lengths "
+    "cost a Llama-3.2-1B step on an H200 0.1-0.2 s; a few cost 1.5-2 s (profiled: the host time is in "
+    "<code>aten::_cudnn_attention_forward</code> and <code>_backward</code>, the GPU as busy as in a steady step, no "
+    "Triton compilation, no allocation; <code>scripts/new_shape_profile.py</code>). Which lengths those are depends on "
+    "the arm's tensors, not on chance, so a short run rarely meets them; the <code>shape_probes</code> after the timed "
+    "steps time up to <code>new_shape_probes</code> of the lengths a fine-tune meets, and the Summary's projection "
+    "prices each. A plan build is not counted per step (only a profiler sees it): the steps it can fall in are those "
+    "marked <code>new_shape</code>. <b>Remedies that work:</b> <code>pad_to_multiple_of: 64</code> leaves a few "
+    "lengths (about 5 % of the steady throughput spent on padding); <code>packing: true</code> one; "
+    "<code>attention: efficient</code> pays almost nothing per length but is 12-15 % slower at the steady state "
+    "(docs/measurements.md).</p>"
+)
+
 
 def step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
     """Every step's duration per condition: the measured steps as a box, warm-up steps as red crosses."""
@@ -68,6 +85,7 @@ def step_times_tab(a: GridAnalysis) -> str:
         "against padded tokens), so no single slow step moves it; the <b>new-shape cost</b> is what the new-shape "
         "steps took beyond that (columns <code>steady_tokens_per_second</code>, <code>new_shape_steps</code>, "
         "<code>new_shape_cost_s</code>, <code>outlier_steps</code> in the Runs table).</p>",
+        NEW_SHAPE_CAUSE,
     ]
     if not a.skewed_runs.empty:
         parts.append(
