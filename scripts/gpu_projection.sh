@@ -8,8 +8,8 @@
 # usage: [SHORT_STEPS=20] [LONG_STEPS=305] [SHORT_RUNS=3] [LONG_RUNS=1] [NUM_GPUS=1] [PAD_TO=0] \
 #        scripts/gpu_projection.sh INPUTS OUTDIR
 #   NUM_GPUS > 1 trains each run on that many GPUs with DDP; PAD_TO > 0 sets pad_to_multiple_of.
-#   OUTDIR gets gpu.txt, check.txt and all.tgz: short/ and long/ (each the workflow's outputs, workflow.log and every
-#   run's result.json and steps.csv from the results store) in one file.
+#   OUTDIR gets gpu.txt, check.txt, short.tgz and long.tgz: short/ and long/, each the workflow's outputs,
+#   workflow.log and every run's result.json and steps.csv from the results store.
 source "$(dirname "$0")/gpu_setup.sh"
 short_steps=${SHORT_STEPS:-20}; long_steps=${LONG_STEPS:-305}
 short_runs=${SHORT_RUNS:-3}; long_runs=${LONG_RUNS:-1}; gpus=${NUM_GPUS:-1}; pad_to=${PAD_TO:-0}
@@ -38,8 +38,9 @@ PY
   echo "$part: workflow exit status $rc, wall time $(( $(date +%s) - start )) s"
   find "$FINETUNE_BENCH_CACHE_DIR/results" \( -name result.json -o -name steps.csv \) -newer "$out/$part/inputs.yaml" \
     | tar -czf "$out/$part/stored_runs.tgz" -T - 2>/dev/null
+  tar -czf "$out/$part.tgz" -C "$out" "$part"  # kept whatever happens next
 done
 python3 scripts/projection_check.py "$out/short" "$out/long" | tee "$out/check.txt" || rc=$?
-# One file back (the machine returns a limited number of files).
-tar -czf "$out/all.tgz" -C "$out" short long && rm -rf "$out/short" "$out/long"
+# One file a part back (the machine returns a limited number of files).
+rm -rf "$out/short" "$out/long"
 exit $rc
