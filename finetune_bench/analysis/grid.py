@@ -19,7 +19,7 @@ from finetune_bench.analysis.projection import projection_table, projection_verd
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stacks import best_stack_per_budget, component_contributions, stacks_table
-from finetune_bench.analysis.stats import paired_comparison
+from finetune_bench.analysis.stats import paired_comparison, with_paired_ratios
 from finetune_bench.analysis.tables import (
     arms_vs_baseline,
     condition_summary,
@@ -67,7 +67,8 @@ class GridAnalysis:
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Per condition: runs, statuses, medians over ok runs (`analysis.tables.condition_summary`).
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # Each arm against the baseline at each point of the other axes, on medians (`arms_vs_baseline`).
+    # Each arm against the baseline at each point of the other axes (`arms_vs_baseline`), its ratios the paired
+    # statistics' (`stats.with_paired_ratios`: the median of paired ratios, as the How sure table states them).
     comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Each arm against the baseline over runs paired by run number: ratios, intervals and the test at `alpha`
     # (`analysis.stats.paired_comparison`): the numbers the report's Summary states, exported as `comparison`.
@@ -150,13 +151,13 @@ def analyze_table(
     table = with_timeline_remainder(with_cost(table, gpu_hour_price))
     parity = parity if parity is not None else pd.DataFrame()
     summary = condition_summary(table, swept)
-    comparison = arms_vs_baseline(summary, swept)
+    paired = paired_comparison(table, swept, alpha)
+    comparison = with_paired_ratios(arms_vs_baseline(summary, swept), paired, swept)
     fitting = largest_fitting_batch(table, swept)
     capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
     if environment.get("gpu_memory_cap_gib"):  # the GPU the runs emulated (`gpu_memory_cap_gib`)
         capacity = float(environment["gpu_memory_cap_gib"])
     held_out = held_out_parity(table, swept)
-    paired = paired_comparison(table, swept, alpha)
     stacks = stacks_table(paired, table, swept)
     peaks = phase_peaks(table, swept)
     versions = versions_table(table, swept, alpha, steps) if sweeps_software(swept) else pd.DataFrame()

@@ -148,3 +148,28 @@ def _note(row: dict, alpha: float) -> str:
         if abs(ratio - 1) <= floor:
             notes.append(f"the throughput difference lies inside the A/A noise floor (±{floor:.1%})")
     return "; ".join(notes)
+
+
+# The comparison's ratios that the paired statistics give (comparison column → paired metric name).
+PAIRED_RATIOS = {
+    "throughput_ratio": "throughput",
+    "peak_reserved_ratio": "peak_reserved",
+    "energy_per_token_ratio": "energy_per_token",
+}
+
+
+def with_paired_ratios(comparison: pd.DataFrame, paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """`comparison` (`tables.arms_vs_baseline`, one row per arm and point) with its ratios the paired statistics'
+    (the median of the ratios of runs paired by run number), and the throughput's interval and significance beside
+    them: one number per question, the one the How sure table states (NaN where no run of the arm has a baseline
+    run to pair with)."""
+    if comparison.empty or paired.empty:
+        return comparison
+    keys = ["arm", *[axis for axis in swept if axis != "arm"]]
+    stated = {f"{name}_ratio": column for column, name in PAIRED_RATIOS.items()}
+    extra = ["throughput_ci_low", "throughput_ci_high", "throughput_significant"]
+    columns = [c for c in [*stated, *extra] if c in paired]
+    merged = comparison.drop(columns=[c for c in PAIRED_RATIOS if c in comparison]).merge(
+        paired[[*keys, *columns]].rename(columns=stated), on=keys, how="left"
+    )
+    return merged[[*comparison.columns, *[c for c in extra if c in merged]]]

@@ -3,7 +3,7 @@ what the arm's numbers include that is not the arm's own (a SwitchBack arm's cas
 
 import pandas as pd
 
-from finetune_bench.analysis.numbers import span_text
+from finetune_bench.analysis.numbers import number_text, span_text
 from finetune_bench.analysis.parity import DIVERGED
 from finetune_bench.inputs.arms import BASELINE, ArmError, parse_arm
 from finetune_bench.results.record import OK
@@ -11,6 +11,13 @@ from finetune_bench.results.record import OK
 # The dtype SwitchBack's Triton kernels take and write (`finetune_bench.running.switchback`): in any other, each
 # SwitchBack layer's output is cast from it to the model's dtype, forward and backward.
 SWITCHBACK_DTYPE = "float16"
+
+
+def interval_text(rows: pd.DataFrame) -> str:
+    """ " [low, high]": the throughput ratio's interval where the comparison is one condition that has one ("" else)."""
+    if len(rows) != 1 or "throughput_ci_low" not in rows or pd.isna(rows["throughput_ci_low"].iloc[0]):
+        return ""
+    return f" [{number_text(rows['throughput_ci_low'].iloc[0])}, {number_text(rows['throughput_ci_high'].iloc[0])}]"
 
 
 def gpu_count_text(world_sizes: pd.Series) -> str:
@@ -24,8 +31,8 @@ def verdicts(
     comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame, table: pd.DataFrame | None = None
 ) -> list[str]:
     """One line per arm: its throughput and memory ratios over the conditions where both it and the
-    baseline ran, on how many GPUs (from `table`), the largest batch each fits, and whether its loss matched the
-    baseline's."""
+    baseline ran (the median of paired ratios, with the throughput's interval where there is one condition), on how
+    many GPUs (from `table`), the largest batch each fits, and whether its loss matched the baseline's."""
     lines = []
     for arm, rows in comparison.groupby("arm", sort=False):
         both = rows.dropna(subset=["throughput_ratio"])
@@ -33,7 +40,7 @@ def verdicts(
             lines.append(f"{arm}: no condition has ok runs in both this arm and the baseline; nothing to compare.")
             continue
         speed, memory = both["throughput_ratio"], both["peak_reserved_ratio"].dropna()
-        line = f"{arm} vs baseline: throughput {span_text(speed)}"
+        line = f"{arm} vs baseline: throughput {span_text(speed)}{interval_text(both)}"
         if not memory.empty:
             line += f", peak reserved memory {span_text(memory)}"
         line += f" over {len(both)} condition(s)"

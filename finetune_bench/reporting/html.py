@@ -49,6 +49,12 @@ details.columns > summary {{ cursor: pointer; color: #245; margin: -1em 0 1em; }
 th {{ background: #f2f2f2; }}
 .warning {{ background: #fff3cd; border: 1px solid #e0b000; padding: 0.8em; margin: 1em 0; }}
 .verdict {{ font-size: 1.05em; font-weight: bold; }}
+.cards {{ display: flex; flex-wrap: wrap; gap: 1em; margin: 0.5em 0; }}
+.card {{ border: 1px solid #bbb; border-radius: 6px; padding: 0.6em 1em; max-width: 100%; box-sizing: border-box; }}
+.card-title {{ font-weight: bold; margin-bottom: 0.4em; }}
+.card .figure {{ display: inline-block; margin: 0 1.6em 0.3em 0; vertical-align: top; }}
+.big {{ display: block; font-size: 1.9em; font-weight: bold; white-space: nowrap; }}
+.label {{ color: #555; font-size: 0.85em; }}
 pre {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }}
 img {{ max-width: 100%; }}
 nav {{ margin-bottom: 1em; }}

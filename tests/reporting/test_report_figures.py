@@ -130,6 +130,7 @@ def test_the_console_headline_says_how_runs_ended_and_how_many_were_reused():
     analysis = _grid({"liger": 12.0, "baseline": 10.0}, n_runs=2)
     assert headline(analysis)[0] == "4 runs of 2 conditions: 4 ok"
     analysis.table["reused"] = [True, True, False, False]
-    first, verdict = headline(analysis)
+    first, projection, verdict = headline(analysis)
     assert first == "4 runs of 2 conditions: 4 ok, 2 of them reused from the results store"
+    assert projection.startswith("liger: your fine-tune (1 epoch) is not projected: the run recorded no row lengths")
     assert verdict.startswith("liger vs baseline: throughput ×1.20")

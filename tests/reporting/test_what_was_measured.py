@@ -28,9 +28,9 @@ CPU = {"cpu": "x86_64", "torch": "2.13.0+cpu", "lock_sha256": "12ab43339895acd68
 
 def _report(environment: dict[str, str], device: str, experiment: ExperimentArgs, details: bool = True):
     parallelism = "ddp" if experiment.num_gpus else "none"  # several GPUs share a run through a process group
-    training = TrainingArgs(
-        backend="plain_loop", parallelism=parallelism, max_seq_length=1024, per_device_train_batch_size=4
-    )
+    # the batch size where the grid does not sweep it (a swept axis' value in training_args is refused)
+    batch = {} if experiment.per_device_train_batch_size else {"per_device_train_batch_size": 4}
+    training = TrainingArgs(backend="plain_loop", parallelism=parallelism, max_seq_length=1024, **batch)
     planned = plan_runs(experiment, training, n_runs=2)
     results = []
     for i, run in enumerate(planned):

@@ -8,6 +8,7 @@ from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
 from finetune_bench.reporting.benchmark_tabs.environment import environment_html
+from finetune_bench.reporting.benchmark_tabs.headline_card import headline_card_html
 from finetune_bench.reporting.benchmark_tabs.how_sure import how_sure_html
 from finetune_bench.reporting.benchmark_tabs.measured import what_was_measured_html
 from finetune_bench.reporting.html import table_html
@@ -70,10 +71,13 @@ def recommendation_html(a: GridAnalysis) -> str:
 
 
 def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
-    """What was measured, then the answer: what was not kept, the runs' statuses, one verdict per arm, how sure,
-    what fits, what to run, whether the loss still matches, and the environment."""
+    """The answer at a glance (`headline_card_html`), what was measured, then the answer in words: what was not kept,
+    the runs' statuses, one verdict per arm, how sure, what fits, what to run, whether the loss still matches, and the
+    environment."""
     table = a.table
-    overview = [header] if (header := what_was_measured_html(a)) else []
+    overview = [card] if (card := headline_card_html(a)) else []
+    if header := what_was_measured_html(a):
+        overview.append(header)
     if ran_on_cpu(table):
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     if a.problems:

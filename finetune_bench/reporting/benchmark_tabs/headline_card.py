@@ -1,0 +1,78 @@
+"""The benchmark report's first screen: per arm against the baseline, in large type, how much faster, how much
+leaner, whether the loss matched and how sure, and what the user's whole fine-tune takes where it is projected. Every
+figure is the one the Summary's tables state: the median of paired ratios (`analysis.stats`), its interval."""
+
+import html
+
+import pandas as pd
+
+from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.analysis.numbers import span_text
+from finetune_bench.analysis.parity import DIVERGED, MATCH
+from finetune_bench.analysis.tables import ran_on_cpu
+from finetune_bench.analysis.verdicts import interval_text
+from finetune_bench.inputs.arms import BASELINE_REPEAT
+
+
+def _figure(value: str, label: str) -> str:
+    return f'<div class="figure"><span class="big">{html.escape(value)}</span><span class="label">{label}</span></div>'
+
+
+def _significance(paired: pd.DataFrame, alpha: float) -> str:
+    """Whether the throughput differences of an arm's rows are significant at `alpha`, in a word or two."""
+    flags = paired.get("throughput_significant", pd.Series(dtype=object)).dropna().astype(bool)
+    if flags.empty:
+        return "not tested (set n_runs ≥ 2)"
+    if flags.all():
+        return f"yes (p < {alpha:g})"
+    return "no" if not flags.any() else f"in {int(flags.sum())} of {len(flags)} conditions"
+
+
+def _parity(parity: pd.DataFrame, arm: str) -> str:
+    """How many of the arm's loss curves matched the baseline's ("–" where none was compared)."""
+    if parity.empty or "arm" not in parity or arm not in set(parity["arm"]):
+        return "–"
+    verdict = parity[parity["arm"] == arm]["verdict"]
+    text = f"{int((verdict == MATCH).sum())} of {len(verdict)} match"
+    return text + (" (diverged)" if (verdict == DIVERGED).any() else "")
+
+
+def headline_card_html(a: GridAnalysis) -> str:
+    """One card per arm (the A/A repeat aside): throughput and peak reserved memory against the baseline, the loss
+    parity, the significance of the speed difference and, where projected, the whole fine-tune's throughput ratio;
+    "" where no arm was compared."""
+    if a.comparison.empty or "throughput_ratio" not in a.comparison:
+        return ""
+    cards = []
+    for arm, rows in a.comparison.groupby("arm", sort=False):
+        both = rows.dropna(subset=["throughput_ratio"])
+        if arm == BASELINE_REPEAT or both.empty:
+            continue
+        points = f" over {len(both)} conditions" if len(both) > 1 else ""
+        mine = a.paired[a.paired["arm"] == arm] if not a.paired.empty else pd.DataFrame()
+        figures = []
+        if "projected_throughput_ratio" in mine and mine["projected_throughput_ratio"].notna().any():
+            projected = mine.dropna(subset=["projected_throughput_ratio"])
+            bounds = projected[["projected_throughput_ci_low", "projected_throughput_ci_high"]]
+            interval = interval_text(bounds.rename(columns=lambda c: c.removeprefix("projected_")))
+            label = f"your fine-tune ({html.escape(a.fine_tune.describe())}), projected{points}"
+            figures.append(_figure(span_text(projected["projected_throughput_ratio"]) + interval, label))
+        timed = "throughput over the timed steps" if figures else "throughput"
+        figures.append(_figure(span_text(both["throughput_ratio"]) + interval_text(both), f"{timed}{points}"))
+        memory = both["peak_reserved_ratio"].dropna() if "peak_reserved_ratio" in both else pd.Series(dtype=float)
+        if not memory.empty:
+            figures.append(_figure(span_text(memory), "peak reserved memory"))
+        elif ran_on_cpu(a.table):
+            figures.append(_figure("–", "peak memory: none on a CPU"))
+        figures.append(_figure(_parity(a.parity, arm), "loss curves"))
+        figures.append(_figure(_significance(mine, a.alpha), "speed difference significant"))
+        title = html.escape(f"{arm} vs baseline")
+        cards.append(f'<div class="card"><div class="card-title">{title}</div>{"".join(figures)}</div>')
+    if not cards:
+        return ""
+    cpu = ' <span class="label">(a CPU run: its timings say nothing about a GPU)</span>' if ran_on_cpu(a.table) else ""
+    return (
+        f'<div class="cards">{"".join(cards)}</div><p class="label">Ratios are arm over baseline (× above 1: '
+        "faster, or more memory): the median of runs paired by run number, its 95 % interval in brackets where there "
+        f"are 3 pairs or more (How sure, below).{cpu}</p>"
+    )
