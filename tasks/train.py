@@ -78,11 +78,12 @@ def source_versions(sources: SourceVersions | None) -> dict[str, str]:
 
 
 def logged_output(result: RunResult, run: PlannedRun, store: str) -> TrainOutput:
-    """The train task's output of a run, once the run is logged to W&B: the record, its steps and its profile. In a
-    cluster's pod the task's log ends with one line of how the run ended and where it is kept (`ending_line`; a local
-    run's console has its own ending)."""
+    """The train task's output of a run, once the run is logged to W&B: the record, its steps and its profile. The
+    task's log (a cluster pod's, or a local run's console as the run ends) has one line of how the run ended and
+    where it is kept (`ending_line`); a run reused from the store has said so already (`launch.reuse_line`), except in
+    a pod's log, which has nothing else of it."""
     log_to_wandb(result)
-    if on_cluster():
+    if on_cluster() or not result.reused:
         print(ending_line(run, result, store), flush=True)
     return TrainOutput(
         result=result,

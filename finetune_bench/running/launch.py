@@ -133,6 +133,8 @@ def ending_line(run: PlannedRun, result: RunResult, store: str) -> str:
         said[0] += f" ({reason[:200]}{'...' if len(reason) > 200 else ''})"
     if result.metrics.get("tokens_per_second"):
         said.append(f"{result.metrics['tokens_per_second']:,.0f} tokens/s")
+    if result.wall_time_s and not result.reused:
+        said.append(f"{result.wall_time_s:,.1f} s")
     for metric, what in (("peak_reserved_bytes", "reserved"), ("peak_allocated_bytes", "allocated")):
         if result.metrics.get(metric):
             said.append(f"peak {what} {result.metrics[metric] / 2**30:.2f} GiB")

@@ -125,9 +125,9 @@ def _result(**fields) -> RunResult:
 
 def test_a_run_s_ending_says_its_status_speed_memory_and_where_it_is_kept(monkeypatch):
     run = PlannedRun("arm=liger", 1, TrainingArgs(), ["arm"])
-    measured = _result(metrics={"tokens_per_second": 12345.6, "peak_reserved_bytes": 3 * 2**30})
+    measured = _result(metrics={"tokens_per_second": 12345.6, "peak_reserved_bytes": 3 * 2**30}, wall_time_s=42.25)
     assert ending_line(run, measured, "s3://bucket/results") == (
-        "arm=liger run 1: ok, 12,346 tokens/s, peak reserved 3.00 GiB, stored in s3://bucket/results"
+        "arm=liger run 1: ok, 12,346 tokens/s, 42.2 s, peak reserved 3.00 GiB, stored in s3://bucket/results"
     )
     reused = _result(reused=True)
     assert ending_line(run, reused, "s3://b/r").endswith("ok, taken from the results store s3://b/r")
