@@ -37,6 +37,17 @@ MARGIN = 0.10
 # max_seq_length that data of shorter examples (padded to each batch's longest) may escape, so not a sure one.
 FITS, BORDERLINE, OOM, UNKNOWN = "fits", "borderline", "oom", "unknown"
 OOM_AT_MAX_LENGTH = "oom at max length"
+# What each verdict means, in the plan's words (the console explains those its plan uses, the plan report all).
+VERDICT_MEANINGS = {
+    FITS: "fits even if the prediction is 10 % short",
+    BORDERLINE: "within 10 % of the GPU's usable memory either way: it may or may not fit",
+    OOM: "runs out of memory even if the prediction is 10 % over",
+    OOM_AT_MAX_LENGTH: (
+        "a sure OOM with every sequence max_seq_length tokens long, which data of shorter examples (batches padded to "
+        "their longest) may escape"
+    ),
+    UNKNOWN: "no figure, or no GPU memory to compare it with (the line says which)",
+}
 # Why a condition's verdict is unknown although its memory was predicted.
 NO_TARGET_MEMORY = "no GPU memory to compare with: name gpu_kind (or gpu_memory_gib) to predict for a GPU"
 ACCELERATOR_ENV = "FINETUNE_BENCH_TRAIN_ACCELERATOR"

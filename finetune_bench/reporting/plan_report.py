@@ -6,7 +6,7 @@ import pandas as pd
 
 from finetune_bench.analysis.numbers import number_text
 from finetune_bench.prediction.gpus import GIB, caps_text, usable_bytes
-from finetune_bench.prediction.grid import RUN_OVERHEAD_S, GridEstimate
+from finetune_bench.prediction.grid import RUN_OVERHEAD_S, VERDICT_MEANINGS, GridEstimate
 from finetune_bench.prediction.memory import PARTS
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html, settings_text, span_text
 from finetune_bench.reporting.html import Report, compact_table_html
@@ -87,6 +87,9 @@ def plan_text(estimate: GridEstimate, with_totals: bool = True) -> str:
             memory = memory.rstrip() + why
         speed = f" | {c.step_time_s:.2f} s/step, {c.tokens_per_second:,.0f} tok/s" if c.step_time_s is not None else ""
         lines.append(f"{c.condition_id}: {memory}{speed}")
+    used = [verdict for verdict in VERDICT_MEANINGS if any(c.verdict == verdict for c in estimate.conditions)]
+    if used:
+        lines.append("(" + "; ".join(f"{verdict}: {VERDICT_MEANINGS[verdict]}" for verdict in used) + ")")
     return "\n".join(lines + ([""] + plan_totals(estimate) if with_totals else []))
 
 
@@ -130,11 +133,9 @@ def plan_report(estimate: GridEstimate, inputs_file: str = "") -> Report:
     summary = "".join(f"<li>{html.escape(line)}</li>" for line in totals)
     note = (
         "<p>A dry run: nothing was downloaded or trained. Peak memory is predicted per GPU from the model's config "
-        "and the settings (docs/prediction.md); <b>fits</b> and <b>oom</b> hold even if the prediction is 10 % off, "
-        "<b>borderline</b> is within 10 % of the GPU's usable memory, <b>oom at max length</b> a sure OOM with every "
-        "sequence max_seq_length tokens long that data of shorter examples may escape (batches are padded to their "
-        "longest), <b>unknown</b> has no figure or no GPU memory to compare with (verdict_reason says which). Step "
-        "time is model FLOPs at the MFU assumed for the GPU kind.</p>"
+        "and the settings (docs/prediction.md): "
+        + "; ".join(f"<b>{html.escape(word)}</b>: {html.escape(meaning)}" for word, meaning in VERDICT_MEANINGS.items())
+        + " (verdict_reason says why). Step time is model FLOPs at the MFU assumed for the GPU kind.</p>"
     )
     return Report(
         sections={

@@ -35,6 +35,7 @@ def test_borderline_is_within_the_margin_and_a_far_oom_at_full_length_is_named_a
     assert far.verdict == grid.OOM_AT_MAX_LENGTH and "2048 tokens" in far.verdict_reason
     text = plan_text(estimate)
     assert "borderline" not in text and "1 oom at max length); runs: 18 (3 per condition); oom at max length: " in text
+    assert f"oom at max length: {grid.VERDICT_MEANINGS[grid.OOM_AT_MAX_LENGTH]}" in text
     assert "<b>oom at max length</b>" in plan_report(estimate).sections["Plan"]
 
 
@@ -47,6 +48,8 @@ def test_a_condition_without_a_verdict_says_why():
     text = plan_text(estimate)
     assert "()" not in text and " 0.0 GiB" not in text  # a tiny model's peak keeps its digits
     assert f"conditions: 4 (4 unknown); runs: 4 (1 per condition); unknown: {grid.NO_TARGET_MEMORY}" in text
+    # the plan's words, explained on the console where they are used: here "unknown" alone
+    assert f"\n(unknown: {grid.VERDICT_MEANINGS[grid.UNKNOWN]})\n" in text and "borderline:" not in text
 
 
 def test_the_plan_opens_with_what_would_be_measured_and_invents_nothing():
