@@ -17,6 +17,7 @@ from flytekit.core.base_task import PythonTask
 from flytekit.core.context_manager import FlyteContextManager
 
 from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.plan import run_name
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.integrations import wandb_runs as tracking
 from finetune_bench.results.record import RunResult
@@ -198,7 +199,7 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
         )
     except Exception as error:
         message = redact(f"{type(error).__name__}: {error}", secret_values((api_key,)))
-        run = f"{result.condition_id}#{result.run_number}"
+        run = run_name(result.condition_id, result.run_number)
         logger.warning("W&B logging failed for %s (the run's result is kept): %s", run, message)
         result.problems.append(f"W&B: the run was not logged ({message})")
         return None

@@ -35,7 +35,7 @@ from finetune_bench.analysis.tables import (
 from finetune_bench.analysis.timeline import condition_timeline, with_timeline_remainder
 from finetune_bench.analysis.verdicts import verdicts
 from finetune_bench.analysis.versions import sweeps_software, versions_table, versions_verdicts
-from finetune_bench.inputs.plan import PlannedRun, not_launched
+from finetune_bench.inputs.plan import PlannedRun, not_launched, run_name
 from finetune_bench.measuring.metrics import GIB
 from finetune_bench.prediction.fine_tune import FineTune
 from finetune_bench.results.record import OK, RunResult
@@ -235,7 +235,7 @@ def analyze_grid(
         steps,
         parity,
         alpha,
-        problems=[f"{r.condition_id}#{r.run_number}: {p}" for r in results if r is not None for p in r.problems],
+        problems=[f"{run_name(r.condition_id, r.run_number)}: {p}" for r in results if r for p in r.problems],
         profile=profile_table(results, profile_dirs or {}),
         ranks=ranks_table(results),
         gpu_hour_price=gpu_hour_price,

@@ -17,6 +17,12 @@ from finetune_bench.inputs.validation import (
 )
 
 
+def run_name(condition_id: str, run_number: int) -> str:
+    """A run's name wherever one run is told from another (logs, W&B, test switches, problems):
+    `<condition_id>#<run_number>`."""
+    return f"{condition_id}#{run_number}"
+
+
 @dataclass
 class PlannedRun:
     """One training run: a condition (a point of the sweep grid) and its repeat number."""
@@ -37,6 +43,10 @@ class PlannedRun:
     # Why this run is not launched although it could run: with `skip_predicted_oom`, the memory model's sure
     # out-of-memory on the target GPU. It ends as a `predicted_oom` result with this reason.
     predicted_oom: str = ""
+
+    @property
+    def name(self) -> str:
+        return run_name(self.condition_id, self.run_number)
 
 
 @dataclass

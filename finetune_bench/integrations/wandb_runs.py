@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finetune_bench.inputs.plan import run_name
 from finetune_bench.inputs.secrets import SECRET_NAME, redact, secret_values
 from finetune_bench.measuring.quality import perplexity
 from finetune_bench.results.record import OK, RunResult
@@ -246,7 +247,7 @@ def log_condition(
     import wandb
 
     secrets = secret_values((api_key, os.environ.get("WANDB_API_KEY")))
-    name = f"{result.condition_id}#{result.run_number}"
+    name = run_name(result.condition_id, result.run_number)
     arm = result.training_args.arm
     tags = [arm, result.status] + (["reused"] if result.reused else [])
     settings = dict(

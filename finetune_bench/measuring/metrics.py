@@ -34,7 +34,8 @@ ENERGY_COUNTER = "a GPU with NVML's energy counter"
 STEADY_STATE = "a run with a steady state (3 timed steps or more that met no new batch shape)"
 # A run whose Triton has JIT hooks to count its compilations (`measuring.triton_compiles`; Triton 3.4 or later).
 TRITON_HOOKS = "a run with Triton's JIT hooks (Triton 3.4 or later)"
-SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER, STEADY_STATE, TRITON_HOOKS)
+SHAPE_PROBING = "the plain loop on padded batches on a GPU (`new_shape_probes`)"
+SCOPES = (ANY_DEVICE, CUDA, SEVERAL_GPUS, ENERGY_COUNTER, STEADY_STATE, TRITON_HOOKS, SHAPE_PROBING)
 
 # The measured time every rate is over (a run on several GPUs: the slowest rank's).
 MEASURED_TIME = "measured_time_s"
@@ -105,10 +106,10 @@ def _bytes(name: str, ranks: str, description: str, column: str, scope: str = CU
     return Metric(name, "bytes", ranks, description, column, GIB, scope)
 
 
-def _phase(name: str, description: str, ranks: str = MAX, kind: str = IN_WALL) -> Metric:
+def _phase(name: str, description: str, ranks: str = MAX, kind: str = IN_WALL, scope: str = ANY_DEVICE) -> Metric:
     """A phase of the run's timeline, in the order it happens. On several GPUs the slowest rank's (`MAX`): the
     ranks wait for each other, so the slowest one's phase is what the run spent."""
-    return Metric(name, "s", ranks, description, phase=kind)
+    return Metric(name, "s", ranks, description, scope=scope, phase=kind)
 
 
 _TIMELINE = (
@@ -143,6 +144,7 @@ _TIMELINE = (
     _phase(
         "shape_probes_s",
         "the new-shape probes after the timed steps (`new_shape_probes`): one step at each length probed",
+        scope=SHAPE_PROBING,
     ),
     _phase("profile_s", "the profiled steps after the timed ones (`profile`)"),
     _phase(

@@ -96,7 +96,7 @@ def child_env(run: PlannedRun, rank: int | None = None, quiet: bool = False) -> 
     which run (and rank) it is, for the test-only faults. `quiet`: no warning of a replaced allocator option (the
     children's launcher says it)."""
     env = isolated_env()
-    env[RUN_ENV] = f"{run.condition_id}#{run.run_number}" + (f"@rank{rank}" if rank is not None else "")
+    env[RUN_ENV] = run.name + (f"@rank{rank}" if rank is not None else "")
     replaced = set_allocator(env, run.training_args.allocator)
     if replaced and not quiet:
         logger.warning(
@@ -423,7 +423,7 @@ def run_or_reuse(
     in its `problems` (the grid then ends with a failing status)."""
     if run.refused or run.predicted_oom:  # nothing measured: nothing stored
         return not_launched(run)
-    switches = switches_on(f"{run.condition_id}#{run.run_number}")
+    switches = switches_on(run.name)
     if switches:  # a test-only switch makes no measurement: the store is neither read nor written
         result = run_in_child(run, dataset_dir, model_dir, work_dir, timeout_s)
         result.details["test_switches"] = ", ".join(switches)

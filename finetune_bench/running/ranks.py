@@ -193,7 +193,7 @@ def run_on_ranks(
     if run.refused or run.predicted_oom:  # nothing to launch
         return not_launched(run) if place.rank == 0 else None
     store = launch_store(timeout_s + _SUMMARY_GRACE_S, namespace)
-    switches = switches_on(f"{run.condition_id}#{run.run_number}", place.world_size)
+    switches = switches_on(run.name, place.world_size)
     if switches:  # a test-only switch makes no measurement: the store is neither read nor written
         results_store = None
     hardware = hardware_fingerprint()

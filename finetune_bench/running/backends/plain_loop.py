@@ -475,10 +475,12 @@ def train(
         evaluate(step)
     scaled = scaling.details(model)  # of the training steps, before any profiled one
     recorder.end_training()  # what follows is no training step: nothing of it is counted
-    with recorder.phase("shape_probes_s"):
-        probed = probe_new_shapes(
-            args, data, row_lengths, recorder.shapes_fed, collate_rows, partial(optimizer_step, False), device
-        )
+    probed = {}
+    if args.new_shape_probes and device.type != "cpu" and not args.packing:
+        with recorder.phase("shape_probes_s"):
+            probed = probe_new_shapes(
+                args, data, row_lengths, recorder.shapes_fed, collate_rows, partial(optimizer_step, False), device
+            )
     profiled = profile_after_timed_steps(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir
     )  # a failure: a detail
