@@ -44,6 +44,7 @@ from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 from finetune_bench.prediction.grid import Target, check_plan_settings, target_gpu
+from finetune_bench.running.preflight import check_cap_fits_target
 from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
@@ -51,7 +52,6 @@ from tasks.execution import cluster_notes, on_cluster
 from tasks.inputs_yaml import inputs_file_argument
 from tasks.plan import (
     PLANNING_TASK,
-    check_cap_fits_target,
     check_gpus_here,
     check_nodes_here,
     check_output_locations,

@@ -11,7 +11,7 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
-from finetune_bench.inputs.arms import component_notes, parse_arm
+from finetune_bench.inputs.arms import component_notes
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
@@ -28,6 +28,7 @@ from finetune_bench.prediction.grid import (
     with_predictions,
 )
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
+from finetune_bench.running.preflight import check_cap_fits_target, machine_problems
 from finetune_bench.sources import software
 from finetune_bench.sources.cache import cache_root, cache_root_key, default_results_store
 from images import training_image
@@ -133,62 +134,16 @@ def plan_benchmark(
 
 
 def check_gpus_here(conditions: list[TrainingArgs]) -> None:
-    """A local run (`pyflyte run` without `--remote`) trains on this machine's GPUs: a condition on more GPUs than it
-    has, one that asks for a GPU where there is none, or a memory cap above its GPU's memory could only fail (or cap
-    nothing). On a cluster the pods ask for theirs (`tasks.execution.on_cluster`); a dry run trains nothing."""
+    """A local run (`pyflyte run` without `--remote`) trains on this machine's GPUs: what could only fail on them is
+    refused (`preflight.machine_problems`). On a cluster the pods ask for theirs (`tasks.execution.on_cluster`); a
+    dry run trains nothing."""
     if for_a_cluster():
         return
     from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 
-    names, memory = gpu_names(), gpu_memory_bytes()
-    here = f"this machine has {len(names)} GPU(s)" + (f" ({names[0]})" if names else "")
-    problems: dict[str, None] = {}  # in order, each once
-    for t in conditions:
-        if t.device == "cpu":
-            continue
-        if not names and t.device == "cuda":
-            problems["training_args.device 'cuda': no NVIDIA GPU is visible on this machine; set device 'cpu'"] = None
-        if not names and t.device == "auto" and parse_arm(t.arm).float8:
-            problems[
-                f"arm {t.arm!r}: float8 training needs a CUDA GPU and no NVIDIA GPU is visible on this "
-                "machine (device 'auto' trains on the CPU here, where its matmuls are refused); leave float8 out here"
-            ] = None
-        if not names and t.device == "auto" and t.allocator != "default":
-            problems[
-                f"training_args.allocator {t.allocator!r}: it configures PyTorch's CUDA caching allocator, and no "
-                "NVIDIA GPU is visible on this machine (device 'auto' trains on the CPU here); use allocator 'default'"
-            ] = None
-        if not names and t.gpu_memory_cap_gib:
-            problems[
-                f"training_args.gpu_memory_cap_gib {t.gpu_memory_cap_gib:g}: no NVIDIA GPU is visible on this machine, "
-                "so the run trains on the CPU, where a cap caps nothing; leave it 0"
-            ] = None
-        if names and t.num_gpus > len(names):
-            problems[
-                f"training_args.num_gpus {t.num_gpus}: {here}, and a run on {t.num_gpus} would wait for GPUs that "
-                f"never come; set num_gpus to at most {len(names)}, or run it on a cluster (union run --remote)"
-            ] = None
-        if memory and t.gpu_memory_cap_gib * gpus.GIB > memory:
-            problems[memory_cap_above(t.gpu_memory_cap_gib, memory, names[0] if names else "this machine's GPU")] = None
+    problems = machine_problems(conditions, gpu_names(), gpu_memory_bytes())
     if problems:
         raise SpecError(*problems)
-
-
-def memory_cap_above(cap_gib: float, memory_bytes: float, gpu: str) -> str:
-    """The problem of a `gpu_memory_cap_gib` above the GPU's memory."""
-    return (
-        f"training_args.gpu_memory_cap_gib {cap_gib:g} is above the memory of {gpu} ({memory_bytes / gpus.GIB:.1f} "
-        "GiB): a cap emulates a smaller GPU; set it to at most that, or 0 for the whole GPU"
-    )
-
-
-def check_cap_fits_target(conditions: list[TrainingArgs], target: "Target") -> None:  # noqa: F821
-    """A `gpu_memory_cap_gib` above the memory of the GPU the plan targets (its kind, or the accelerator's)."""
-    if not target.memory_bytes:
-        return
-    for cap in dict.fromkeys(t.gpu_memory_cap_gib for t in conditions):
-        if cap * gpus.GIB > target.memory_bytes:
-            raise SpecError(memory_cap_above(cap, target.memory_bytes, target.name or "the target GPU"))
 
 
 def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:

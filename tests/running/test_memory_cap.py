@@ -80,3 +80,20 @@ def test_planning_refuses_more_gpus_than_the_machine_has_and_a_cap_above_its_gpu
     plan.check_gpus_here([TrainingArgs(device="cuda", num_gpus=2, parallelism="fsdp", gpu_memory_cap_gib=40.0)])
     monkeypatch.setattr(plan, "for_a_cluster", lambda: True)  # a cluster's pods ask for their own GPUs
     plan.check_gpus_here([args])
+
+
+def test_what_a_machine_cannot_train_is_named_from_its_gpus_alone():
+    """The core check, without Flyte: its problems from the GPUs it is handed."""
+    from finetune_bench.running.preflight import machine_problems
+
+    conditions = [TrainingArgs(device="cuda"), TrainingArgs(arm="float8", gpu_memory_cap_gib=40.0)]
+    none = machine_problems(conditions, [], None)
+    assert none[0].startswith("training_args.device 'cuda': no NVIDIA GPU is visible on this machine")
+    assert none[1].startswith("arm 'float8': float8 training needs a CUDA GPU")
+    assert none[2].startswith("training_args.gpu_memory_cap_gib 40: no NVIDIA GPU is visible") and len(none) == 3
+    assert machine_problems([TrainingArgs(device="cpu", arm="float8")], [], None) == []  # a CPU run asks for no GPU
+    one = machine_problems([TrainingArgs(num_gpus=2, parallelism="ddp")] * 2, ["NVIDIA H200"], 140 * 2**30)
+    assert one == [
+        "training_args.num_gpus 2: this machine has 1 GPU(s) (NVIDIA H200), and a run on 2 would wait for GPUs that "
+        "never come; set num_gpus to at most 1, or run it on a cluster (union run --remote)"
+    ]  # each problem once
