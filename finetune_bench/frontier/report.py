@@ -300,6 +300,46 @@ def probes_figure(
     return grid.figure
 
 
+# The columns the Frontiers and Probes tables show, in this order, the verdict first (how the search or probe ended,
+# what it found) and why last, where it has room to wrap; every column is behind the table's toggle (and in the CSVs).
+# The memory columns are shown where some row has a value (a CPU run's probes measure host memory only).
+FRONTIER_COLUMNS = ["arm", "dimension", "status", "frontier", "first_oom", "at", "predicted_frontier",
+                    *_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu", "reason"]  # fmt: skip
+PROBE_COLUMNS = ["arm", "dimension", "value", "status", "phase", "attempt", "at", "wall_time_s",
+                 *_MEMORY_COLUMNS.values(), "reason"]  # fmt: skip
+_SHOWN_IF_MEASURED = {*_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu"}
+
+
+def _shown(table: pd.DataFrame, columns: list[str]) -> list[str]:
+    """`columns` as a page 1,400 px wide shows them: those the table has, less memory figures no row measured (a
+    sixteen-column table of unbreakable names and numbers does not fit; the rest is behind the toggle)."""
+    return [
+        column
+        for column in columns
+        if column in table and (column not in _SHOWN_IF_MEASURED or table[column].notna().any())
+    ]
+
+
+# A word this long in a table cell may break after an underscore, =, :, / or comma: `per_device_train_batch_size=1`,
+# or the PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True of an out-of-memory reason, would keep its column (and the
+# table) wider than the page.
+LONG_WORD = 20
+
+
+def breakable_cells(fragment: str) -> str:
+    """`fragment`'s tables with a place to break (<wbr>) after each underscore, =, :, / or comma of a word of
+    LONG_WORD characters or more in a cell; the text is unchanged (copied or searched, it reads the same)."""
+    long_word = re.compile(r"\S{" + str(LONG_WORD) + ",}")
+
+    def breakable(word: re.Match) -> str:
+        return re.sub(r"([_=:/,])(?=.)", r"\1<wbr>", word.group(0))
+
+    def cell(match: re.Match) -> str:
+        return "<td>" + long_word.sub(breakable, match.group(1)) + "</td>"
+
+    return re.sub(r"<td>([^<]*)</td>", cell, fragment)
+
+
 def _for_display(table: pd.DataFrame) -> pd.DataFrame:
     """Nullable numeric columns (Int64, Float64) as floats, so that a missing value shows as the report's dash."""
     nullable = [
@@ -412,20 +452,19 @@ def build_frontier_report(
         if simulated:
             ratios["note"] = [f"{note}; {SIMULATED}" if note else SIMULATED for note in ratios["note"]]
         summary.append("<h3>Liger against the baseline</h3><p>ratio: liger's frontier / the baseline's.</p>")
-        summary.append(wrapping_table_html(_for_display(ratios)))
+        summary.append(breakable_cells(wrapping_table_html(_for_display(ratios))))
     if claim:
         summary.append(claim_html(claim, searches, frontiers, simulated))
     summary.append(
         "<h3>Frontiers</h3><p>Per arm and dimension: the largest size that trains, the smallest seen to run out "
         f"of memory{' (simulated)' if simulated else ''}, the peak memory of the probe at the frontier (GiB) against "
-        f"the GPU's capacity, and what the search cost (probes_used, and device_seconds: the {seconds} its probes "
-        "took, the sum of their wall times). predicted_frontier: where the memory model put it; a guided search "
-        "starts there (its probes are marked predicted / interpolation), an empty one is a doubling search.</p>"
+        f"the GPU's capacity, and what the search cost (behind the toggle: probes_used, and device_seconds: the "
+        f"{seconds} its probes took, the sum of their wall times). predicted_frontier: where the memory model put it; "
+        "a guided search starts there (its probes are marked predicted / interpolation), an empty one is a doubling "
+        "search.</p>"
     )
-    key = ["arm", "dimension", "at", "status", "frontier", "first_oom", "predicted_frontier", "probes_used",
-           "device_seconds", "peak_reserved_gib", "peak_reserved_share_of_gpu",
-           "process_peak_rss_gib", "reason"]  # fmt: skip
-    summary.append(compact_table_html(_for_display(frontiers), key, "the frontiers"))
+    frontiers_html = compact_table_html(_for_display(frontiers), _shown(frontiers, FRONTIER_COLUMNS), "the frontiers")
+    summary.append(breakable_cells(frontiers_html))
     summary.append(
         "<p>"
         + html.escape(
@@ -453,7 +492,13 @@ def build_frontier_report(
             + (" (a CPU run, whose figure is host memory)" if cpu else "")
             + ", on the dotted out-of-memory line at the top of the panel.</p>",
             # what ran where and when is the header's; the CSV keeps it per probe
-            wrapping_table_html(probes.drop(columns=["error_tail", "hardware", "measured_at"])),
+            breakable_cells(
+                compact_table_html(
+                    probes.drop(columns=["error_tail", "hardware", "measured_at"]),
+                    _shown(probes, PROBE_COLUMNS),
+                    "the probes",
+                )
+            ),
         ]
         for row in probes[~probes["status"].isin([OK, OOM])].itertuples():
             parts.append(

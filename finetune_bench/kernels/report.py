@@ -23,6 +23,8 @@ from finetune_bench.kernels.settings import (  # noqa: E402
     TORCH_COMPILE,
     KernelBenchmarkSettings,
 )
+from finetune_bench.reporting.benchmark_tabs.figures import spans_orders_of_magnitude as spans  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.figures import title_above_panels  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.measured import (  # noqa: E402
     measured_at_text,
     measured_html,
@@ -233,8 +235,7 @@ LOG_AXIS_SPAN = 10.0
 
 def spans_orders_of_magnitude(ratios: pd.Series) -> bool:
     """Whether positive `ratios` span LOG_AXIS_SPAN or more (1 is always on the axis: the tie line)."""
-    values = pd.concat([ratios.dropna(), pd.Series([1.0])])
-    return bool((values > 0).all() and values.max() / values.min() >= LOG_AXIS_SPAN)
+    return spans(pd.concat([ratios.dropna(), pd.Series([1.0])]), LOG_AXIS_SPAN)
 
 
 # The shapes a point's `extra_benchmark_config_str` records, as the header names them.
@@ -326,7 +327,7 @@ def _ratio_figure(compared: pd.DataFrame, column: str, label: str, cpu: bool = F
     grid.set_axis_labels("tokens (T or BT)", label)
     cpu_note = "\n(a CPU run: Liger's kernels in the Triton interpreter, the times say nothing about speed)"
     cpu_note = cpu_note if cpu else ""
-    grid.figure.suptitle(f"Liger's {label} against the reference, by size{cpu_note}", y=1.06 if cpu else 1.03)
+    title_above_panels(grid.figure, f"Liger's {label} against the reference, by size{cpu_note}")
     return grid.figure
 
 

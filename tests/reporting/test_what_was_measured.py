@@ -56,7 +56,9 @@ def _header(summary: str) -> dict[str, str]:
 
 def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
     summary = _report(H100, "cuda:0", ExperimentArgs(arm=["liger", "baseline"])).sections["Summary"]
-    assert summary.startswith('<div class="measured"><h3>What was measured</h3>')
+    # the answer at a glance first, then what was measured
+    assert summary.startswith('<div class="cards"><div class="card"><div class="card-title">liger vs baseline</div>')
+    assert summary.index('<div class="measured"><h3>What was measured</h3>') < summary.index("runs of")
     assert _header(summary) == {
         "hardware": "NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run",
         "model": "random:tiny-llama",

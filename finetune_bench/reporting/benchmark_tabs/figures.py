@@ -1,5 +1,8 @@
 """What the tabs' figures share: the grid's axes (batch size on x, one panel per value of the other axes), bars of
-a metric per condition with failed conditions marked, and the loss curves (training and held-out)."""
+a metric per condition with failed conditions marked, the loss curves (training and held-out), and a title that
+stands above its panels however many lines it has."""
+
+import textwrap
 
 import matplotlib
 
@@ -50,6 +53,18 @@ def axis_label(column: str) -> str:
     return f"{metric.description} ({metric.column_unit})"
 
 
+# Bars whose largest value is this many times the smallest are drawn on a log axis: on a linear one, a CPU run's arms a
+# thousandfold apart leave the small bars flat on zero.
+BAR_LOG_SPAN = 100.0
+
+
+def spans_orders_of_magnitude(values: pd.Series, span: float = BAR_LOG_SPAN) -> bool:
+    """Whether `values` are all positive and their largest is `span` times their smallest or more (a log axis shows
+    them all; a linear one flattens the small ones)."""
+    values = pd.Series(values, dtype=float).dropna()
+    return bool(not values.empty and (values > 0).all() and values.max() / values.min() >= span)
+
+
 def bar_panel(
     table: pd.DataFrame,
     metric: str,
@@ -59,9 +74,13 @@ def bar_panel(
     ylabel: str | None = None,
 ) -> plt.Figure:
     """Median of `metric` (a results column) over ok runs per condition (bars, min–max over repeats as error
-    bars), one panel per value of the axes other than the arm and x; failed conditions marked, never dropped; a
-    dashed line at the GPU's capacity when given. The y axis names the metric (`axis_label`) unless `ylabel`
-    does (a column the analysis adds)."""
+    bars, each bar's median written above its error bar), one panel per value of the axes other than the arm and x;
+    failed conditions marked, never dropped; a dashed line at the GPU's capacity when given. The y axis names the
+    metric (`axis_label`) unless `ylabel` does (a column the analysis adds), and is logarithmic where the bars span
+    orders of magnitude (`spans_orders_of_magnitude`: a CPU run's arms a thousandfold apart). Where x already tells
+    the arms apart (only the arm is swept: x is the condition), each bar stands centred and full width on its tick,
+    coloured by its arm, with no legend; otherwise the arms' bars stand side by side at each x, the legend naming
+    their colours."""
     ylabel = ylabel or axis_label(metric)
     x = x_axis(swept)
     facets = [axis for axis in swept if axis not in ("arm", x)]
@@ -71,18 +90,23 @@ def bar_panel(
     order = sorted(data[x].unique())
     palette = arm_palette(data["arm"])
     hue_order = list(palette)
+    # Side by side only where an x value has several arms: else a bar would sit off its tick beside empty slots.
+    dodge = bool((data.groupby(["panel", x])["arm"].nunique() > 1).any())
+    slots = hue_order if dodge else []
+    ok_rows = data[(data["status"] == OK) & data[metric].notna()]
+    log = spans_orders_of_magnitude(ok_rows.groupby(["panel", x, "arm"])[metric].median())
     fig, axes = plt.subplots(
         1, len(panel_labels), figsize=(max(6, 5.5 * len(panel_labels)), 4.2), squeeze=False, sharey=True
     )
     for ax, panel in zip(axes[0], panel_labels, strict=True):
         subset = data[data["panel"] == panel]
-        ok = subset[(subset["status"] == OK) & subset[metric].notna()]
+        ok = ok_rows[ok_rows["panel"] == panel]
         if not ok.empty:
             sns.barplot(
                 data=ok, x=x, y=metric, hue="arm", order=order, hue_order=hue_order, palette=palette,
-                estimator="median", errorbar=("pi", 100), capsize=0.1, dodge=True, ax=ax,
+                estimator="median", errorbar=("pi", 100), capsize=0.1, dodge=dodge, ax=ax, legend=False,
             )  # fmt: skip
-        mark_failures(ax, subset, x, order, hue_order)
+        mark_failures(ax, subset, x, order, slots)
         if capacity_gib:
             ax.axhline(capacity_gib, color="#C00000", linestyle="--", linewidth=1)
             ax.text(0.01, capacity_gib, f" GPU capacity {capacity_gib:.0f} GiB", color="#C00000", va="bottom",
@@ -90,32 +114,64 @@ def bar_panel(
         ax.set_xlim(-0.5, len(order) - 0.5)
         ax.set_xticks(range(len(order)), [str(v) for v in order])
         ax.set_xlabel(x)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(textwrap.fill(ylabel, 50) + ("\n(log scale)" if log else ""))  # no longer than the panel
         ax.set_title(panel)
-        ax.set_ylim(bottom=0)
-        for container in ax.containers:
-            if hasattr(container, "datavalues"):
-                ax.bar_label(container, fmt=short_number, fontsize=8, padding=2)
-        ax.get_legend() and ax.get_legend().remove()
-    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[arm]) for arm in hue_order]
-    fig.legend(handles, hue_order, title="arm", loc="upper left", bbox_to_anchor=(1.0, 0.9))
+        if log:  # from below the smallest run (the smallest bar keeps a visible height), room above for the labels
+            ax.set_yscale("log")
+            ax.set_ylim(ok_rows[metric].min() / 3, ax.get_ylim()[1] * 2)
+        else:  # from zero, room above for the labels
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+        label_bars(ax, ok, x, metric, order, slots)
+    if dodge:
+        handles = [plt.Rectangle((0, 0), 1, 1, color=palette[arm]) for arm in hue_order]
+        fig.legend(handles, hue_order, title="arm", loc="upper left", bbox_to_anchor=(1.0, 0.9))
     fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, hue_order: list[str]) -> None:
-    """Write OOM / ERR / T/O / NaN / LOST where a condition has no ok run, at its bar's position."""
-    width = 0.8 / max(len(hue_order), 1)
+def bar_position(order: list, x_value: object, slots: list[str], arm: str) -> float:
+    """Where the bar of `arm` at `x_value` stands: its arm's slot among `slots` where the arms stand side by side
+    (seaborn's dodge: 0.8 wide in all), the tick itself where `slots` is empty (one bar an x)."""
+    position = float(order.index(x_value))
+    if slots:
+        position += -0.4 + 0.8 / len(slots) * (slots.index(arm) + 0.5)
+    return position
+
+
+def label_bars(ax: plt.Axes, ok: pd.DataFrame, x: str, metric: str, order: list, slots: list[str]) -> None:
+    """Each bar's median (`short_number`) above the top of its error bar, where it crosses neither the bar nor the
+    error bar's cap."""
+    for (x_value, arm), values in ok.groupby([x, "arm"])[metric]:
+        ax.annotate(
+            short_number(values.median()), (bar_position(order, x_value, slots, arm), values.max()),
+            xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8,
+        )  # fmt: skip
+
+
+def mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, slots: list[str]) -> None:
+    """Write OOM / ERR / T/O / NaN / LOST where a condition has no ok run, where its bar would stand
+    (`bar_position`)."""
     for (x_value, arm), cell in subset.groupby([x, "arm"]):
         if (cell["status"] == OK).any():
             continue
         worst = cell["status"].mode().iloc[0]
-        position = order.index(x_value) - 0.4 + width * (hue_order.index(arm) + 0.5)
         ax.text(
-            position, 0.02, FAILED_STATUSES_MARK.get(worst, worst.upper()), transform=ax.get_xaxis_transform(),
-            ha="center", va="bottom", rotation=90, color="#C00000", fontweight="bold",
+            bar_position(order, x_value, slots, arm), 0.02, FAILED_STATUSES_MARK.get(worst, worst.upper()),
+            transform=ax.get_xaxis_transform(), ha="center", va="bottom", rotation=90, color="#C00000",
+            fontweight="bold",
         )  # fmt: skip
+
+
+def title_above_panels(fig: plt.Figure, title: str) -> None:
+    """`title` as the figure's title, its lowest line just above the highest of its panels (their titles and tick
+    labels included), however many lines it has: a fixed `y` leaves a two-line title over the panels' titles in a
+    short figure. The figure is laid out first; saved with a tight bounding box, the page shows the title whole."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    top = max((ax.get_tightbbox(renderer).y1 for ax in fig.axes if ax.get_visible()), default=fig.bbox.y1)
+    pad = 6 * fig.dpi / 72  # points
+    fig.suptitle(title, y=(top + pad) / fig.bbox.height, va="bottom")
 
 
 def loss_curves_figure(
