@@ -48,6 +48,7 @@ from finetune_bench.reporting.benchmark_tabs.measured import (
 from finetune_bench.reporting.html import (
     Report,
     arm_palette,
+    cards_html,
     compact_table_html,
     figure_html,
     wrapping_table_html,
@@ -207,6 +208,32 @@ def frontier_text(row: Any) -> str:
     if row.status == NOTHING_FITS:
         return f"none (the start value, {size} {row.start}, runs out of memory)"
     return row.status
+
+
+def frontier_cards(frontiers: pd.DataFrame, simulated: bool = False) -> str:
+    """The answer at a glance: a card per arm, its largest batch or sequence per dimension (≥ where the search stopped
+    short of the frontier) and, beside a baseline, the ratio of the two; "" without a frontier."""
+    if frontiers.empty:
+        return ""
+    ratios = frontier_ratios(frontiers)
+    cards = []
+    for arm, group in frontiers.groupby("arm", sort=False):
+        figures = []
+        for row in group.itertuples():
+            value = "none" if pd.isna(row.frontier) else f"{int(row.frontier):,}"
+            lower = row.status in (REACHED_CAP, PROBE_FAILED) and pd.notna(row.frontier)
+            figures.append((("≥ " if lower else "") + value, f"largest {DIMENSION_LABELS[row.dimension]} at {row.at}"))
+            if ratios.empty:
+                continue
+            mine = ratios[(ratios["arm"] == arm) & (ratios["dimension"] == row.dimension) & (ratios["at"] == row.at)]
+            if not mine.empty and pd.notna(mine["ratio"].iloc[0]):
+                figures.append((f"×{mine['ratio'].iloc[0]:.2f}", "the baseline's"))
+        cards.append((str(arm), figures))
+    note = (
+        "The frontier: the largest size that trained; ≥: a lower bound (the search reached its cap or a probe kept "
+        "failing)."
+    )
+    return cards_html(cards, note + (f" Out of memory {SIMULATED}." if simulated else ""))
 
 
 def headlines(frontiers: pd.DataFrame, simulated: bool = False) -> list[str]:
@@ -435,7 +462,8 @@ def build_frontier_report(
     times = [table["measured_at"] for table in tables if "measured_at" in table and not table.empty]
     runs = pd.DataFrame({"measured_at": pd.concat(times, ignore_index=True) if times else pd.Series(dtype=str)})
     header = what_was_measured(searches, environment, gpu_memory, fake, runs)
-    summary = [measured_html(header)]
+    summary = [card] if (card := frontier_cards(frontiers, simulated)) else []
+    summary.append(measured_html(header))
     if cpu:
         summary.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     if simulated:

@@ -30,7 +30,13 @@ from finetune_bench.reporting.benchmark_tabs.measured import (  # noqa: E402
     measured_html,
     values_text,
 )
-from finetune_bench.reporting.html import Report, compact_table_html, figure_html, table_html  # noqa: E402
+from finetune_bench.reporting.html import (  # noqa: E402
+    Report,
+    cards_html,
+    compact_table_html,
+    figure_html,
+    table_html,
+)
 from finetune_bench.results.record import OK
 
 # Within this much of 1, a ratio is a tie: Liger's own published points move by more than that between runs.
@@ -91,6 +97,22 @@ def _verdict(speedup: pd.Series, memory: pd.Series) -> str:
         low, high = memory.min(), memory.max()
         parts.append("leaner" if high < 1 - TIE else "heavier" if low > 1 + TIE else "about as lean")
     return ", ".join(parts) if parts else "not measured"
+
+
+def kernel_cards(compared: pd.DataFrame) -> str:
+    """The answer at a glance: a card per kernel, Liger's full pass against the reference over every size (its speedup
+    and memory ratio, their ranges) and the verdict; "" without a comparison."""
+    table = summary(compared)
+    cards = [
+        (row["kernel"], [(row["speedup (full pass)"], "speedup"), (row["memory ratio (full pass)"], "memory ratio"),
+                         (row["Liger is"], "Liger is")])
+        for row in table.to_dict("records")
+    ]  # fmt: skip
+    return cards_html(
+        cards,
+        "Liger's full pass (forward and backward) against the reference, over every size: speedup the reference's "
+        "time over Liger's (× above 1: faster), memory ratio Liger's peak over the reference's (below 1: leaner).",
+    )
 
 
 def _span(values: pd.Series) -> str:
@@ -345,7 +367,8 @@ def build_kernel_report(
     compared = comparison(rows)
     sections: dict[str, str] = {}
     cpu = ran_on_cpu(rows)
-    overview = [measured_html(what_was_measured(rows, sweep, model, inputs_file))]
+    overview = [card] if (card := kernel_cards(compared)) else []
+    overview.append(measured_html(what_was_measured(rows, sweep, model, inputs_file)))
     if cpu:
         overview.append(f'<div class="warning"><b>CPU run.</b> {html.escape(CPU_WARNING)}</div>')
     counts = rows["status"].value_counts()

@@ -145,3 +145,21 @@ def table_number(value: float) -> str:
 def short_number(value: float) -> str:
     """A number as a figure label shows it: thousands separated, else 3 significant digits."""
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def cards_html(cards: list[tuple[str, list[tuple[str, str]]]], note: str = "") -> str:
+    """The answer at a glance: a card per subject (an arm against the baseline, a kernel), its title and its figures
+    in large type, each with its label; `note` (HTML) under them says what the figures are. "" without a card."""
+    if not cards:
+        return ""
+    body = "".join(
+        f'<div class="card"><div class="card-title">{html.escape(title)}</div>'
+        + "".join(
+            f'<div class="figure"><span class="big">{html.escape(value)}</span><span class="label">'
+            f"{html.escape(label)}</span></div>"
+            for value, label in figures
+        )
+        + "</div>"
+        for title, figures in cards
+    )
+    return f'<div class="cards">{body}</div>' + (f'<p class="label">{note}</p>' if note else "")

@@ -2,8 +2,6 @@
 leaner, whether the loss matched and how sure, and what the user's whole fine-tune takes where it is projected. Every
 figure is the one the Summary's tables state: the median of paired ratios (`analysis.stats`), its interval."""
 
-import html
-
 import pandas as pd
 
 from finetune_bench.analysis.grid import GridAnalysis
@@ -12,10 +10,7 @@ from finetune_bench.analysis.parity import DIVERGED, MATCH
 from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.analysis.verdicts import interval_text
 from finetune_bench.inputs.arms import BASELINE_REPEAT
-
-
-def _figure(value: str, label: str) -> str:
-    return f'<div class="figure"><span class="big">{html.escape(value)}</span><span class="label">{label}</span></div>'
+from finetune_bench.reporting.html import cards_html
 
 
 def _significance(paired: pd.DataFrame, alpha: float) -> str:
@@ -55,24 +50,21 @@ def headline_card_html(a: GridAnalysis) -> str:
             projected = mine.dropna(subset=["projected_throughput_ratio"])
             bounds = projected[["projected_throughput_ci_low", "projected_throughput_ci_high"]]
             interval = interval_text(bounds.rename(columns=lambda c: c.removeprefix("projected_")))
-            label = f"your fine-tune ({html.escape(a.fine_tune.describe())}), projected{points}"
-            figures.append(_figure(span_text(projected["projected_throughput_ratio"]) + interval, label))
+            label = f"your fine-tune ({a.fine_tune.describe()}), projected{points}"
+            figures.append((span_text(projected["projected_throughput_ratio"]) + interval, label))
         timed = "throughput over the timed steps" if figures else "throughput"
-        figures.append(_figure(span_text(both["throughput_ratio"]) + interval_text(both), f"{timed}{points}"))
+        figures.append((span_text(both["throughput_ratio"]) + interval_text(both), f"{timed}{points}"))
         memory = both["peak_reserved_ratio"].dropna() if "peak_reserved_ratio" in both else pd.Series(dtype=float)
         if not memory.empty:
-            figures.append(_figure(span_text(memory), "peak reserved memory"))
+            figures.append((span_text(memory), "peak reserved memory"))
         elif ran_on_cpu(a.table):
-            figures.append(_figure("–", "peak memory: none on a CPU"))
-        figures.append(_figure(_parity(a.parity, arm), "loss curves"))
-        figures.append(_figure(_significance(mine, a.alpha), "speed difference significant"))
-        title = html.escape(f"{arm} vs baseline")
-        cards.append(f'<div class="card"><div class="card-title">{title}</div>{"".join(figures)}</div>')
-    if not cards:
-        return ""
-    cpu = ' <span class="label">(a CPU run: its timings say nothing about a GPU)</span>' if ran_on_cpu(a.table) else ""
-    return (
-        f'<div class="cards">{"".join(cards)}</div><p class="label">Ratios are arm over baseline (× above 1: '
-        "faster, or more memory): the median of runs paired by run number, its 95 % interval in brackets where there "
-        f"are 3 pairs or more (How sure, below).{cpu}</p>"
+            figures.append(("–", "peak memory: none on a CPU"))
+        figures.append((_parity(a.parity, arm), "loss curves"))
+        figures.append((_significance(mine, a.alpha), "speed difference significant"))
+        cards.append((f"{arm} vs baseline", figures))
+    cpu = " (a CPU run: its timings say nothing about a GPU)" if ran_on_cpu(a.table) else ""
+    return cards_html(
+        cards,
+        "Ratios are arm over baseline (× above 1: faster, or more memory): the median of runs paired by run number, "
+        f"its 95 % interval in brackets where there are 3 pairs or more (How sure, below).{cpu}",
     )
