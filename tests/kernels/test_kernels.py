@@ -182,7 +182,7 @@ def test_the_report_opens_with_what_was_measured():
     summary = report.sections["Summary"]
     # the answer at a glance (a card per kernel), then what was measured
     assert summary.startswith('<div class="cards"><div class="card">')
-    assert summary.index('<div class="measured"><h3>What was measured</h3>') < summary.index("</ul>")
+    assert summary.index('<div class="measured"><details><summary><b>What was measured</b>') < summary.index("</ul>")
     assert dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0])) == {
         "hardware": "NVIDIA H100 80GB HBM3",
         "model": "llama-3-8b (hidden 4,096, MLP 14,336, vocabulary 128,256, heads 32, KV heads 8, head size 128)",

@@ -53,7 +53,7 @@ def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated
     summary = report.sections["Frontier"]
     # the answer at a glance (a card per arm), then what was measured
     assert summary.startswith('<div class="cards"><div class="card">')
-    assert summary.index('<div class="measured"><h3>What was measured</h3>') < summary.index("</ul>")
+    assert summary.index('<div class="measured"><details><summary><b>What was measured</b>') < summary.index("</ul>")
     header = dict(re.findall(r"<li>(.*?): (.*?)</li>", summary.split("</ul>", 1)[0]))
     assert header == {
         "hardware": "CPU (x86_64)",

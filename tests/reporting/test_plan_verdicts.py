@@ -54,7 +54,7 @@ def test_a_condition_without_a_verdict_says_why():
 
 def test_the_plan_opens_with_what_would_be_measured_and_invents_nothing():
     page = plan_report(_estimate("llama1b_random.yaml", "H100"), "inputs/llama1b_random.yaml").sections["Plan"]
-    assert page.startswith('<div class="measured"><h3>What would be measured</h3>')
+    assert page.startswith('<div class="measured"><details><summary><b>What would be measured</b>: ')
     header = _header(page)
     assert header.pop("hardware").endswith(", predicted (nothing ran)") and "H100" in page
     assert header == {

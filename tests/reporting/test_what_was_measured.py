@@ -50,7 +50,11 @@ def _report(environment: dict[str, str], device: str, experiment: ExperimentArgs
 
 
 def _header(summary: str) -> dict[str, str]:
-    (header,) = re.findall(r'<div class="measured"><h3>What was measured</h3><ul>(.*?)</ul></div>', summary)
+    (header,) = re.findall(
+        r'<div class="measured"><details><summary><b>What was measured</b>: [^<]*</summary>'
+        r"<ul>(.*?)</ul></details></div>",
+        summary,
+    )
     return dict(re.findall(r"<li>(.*?): (.*?)</li>", header))
 
 
@@ -58,7 +62,12 @@ def test_a_gpu_grid_opens_with_its_hardware_settings_steps_dates_and_versions():
     summary = _report(H100, "cuda:0", ExperimentArgs(arm=["liger", "baseline"])).sections["Summary"]
     # the answer at a glance first, then what was measured
     assert summary.startswith('<div class="cards"><div class="card"><div class="card-title">liger vs baseline</div>')
-    assert summary.index('<div class="measured"><h3>What was measured</h3>') < summary.index("runs of")
+    assert summary.index('<div class="measured"><details><summary><b>What was measured</b>') < summary.index("runs of")
+    # folded to one line: the hardware and the model, the rest one click away
+    assert (
+        "<b>What was measured</b>: NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run; random:tiny-llama (the details)"
+        in summary
+    )
     assert _header(summary) == {
         "hardware": "NVIDIA H100 80GB HBM3 (80 GiB), 1 GPU per run",
         "model": "random:tiny-llama",

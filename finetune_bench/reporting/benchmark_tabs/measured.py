@@ -172,11 +172,22 @@ def what_was_measured(a: GridAnalysis) -> dict[str, str]:
     return {label: text for label, text in pieces.items() if text}
 
 
+# How many of the header's first pieces its folded line names (the hardware and the model, where known).
+FOLDED_PIECES = 2
+
+
 def measured_html(pieces: dict[str, str], title: str = "What was measured") -> str:
-    """Known pieces (label → text, in reading order; an empty one is left out) as the header's short list ("" when
-    none is known)."""
-    items = "".join(f"<li>{html.escape(label)}: {html.escape(text)}</li>" for label, text in pieces.items() if text)
-    return f'<div class="measured"><h3>{html.escape(title)}</h3><ul>{items}</ul></div>' if items else ""
+    """Known pieces (label → text, in reading order; an empty one is left out) as the header: folded to one line (the
+    title and the first pieces), the whole list one click away ("" when none is known)."""
+    known = {label: text for label, text in pieces.items() if text}
+    if not known:
+        return ""
+    items = "".join(f"<li>{html.escape(label)}: {html.escape(text)}</li>" for label, text in known.items())
+    line = "; ".join(list(known.values())[:FOLDED_PIECES])
+    return (
+        f'<div class="measured"><details><summary><b>{html.escape(title)}</b>: {html.escape(line)} (the details)'
+        f"</summary><ul>{items}</ul></details></div>"
+    )
 
 
 def what_was_measured_html(a: GridAnalysis) -> str:
