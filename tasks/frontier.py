@@ -39,12 +39,12 @@ from finetune_bench.frontier.settings import (
     plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
+from finetune_bench.inputs.machine import check_cap_fits_target
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 from finetune_bench.prediction.grid import Target, check_plan_settings, target_gpu
-from finetune_bench.running.preflight import check_cap_fits_target
 from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack

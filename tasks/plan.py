@@ -13,6 +13,7 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.inputs.arms import component_notes
 from finetune_bench.inputs.errors import Problems, SpecError
+from finetune_bench.inputs.machine import check_cap_fits_target, machine_problems
 from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
@@ -28,7 +29,6 @@ from finetune_bench.prediction.grid import (
     with_predictions,
 )
 from finetune_bench.reporting.plan_report import plan_report, plan_table, plan_text
-from finetune_bench.running.preflight import check_cap_fits_target, machine_problems
 from finetune_bench.sources import software
 from finetune_bench.sources.cache import cache_root, cache_root_key, default_results_store
 from images import training_image

@@ -104,7 +104,21 @@ def migrate(inputs: Mapping[str, Any]) -> Migration:
             result.changed.append(Converted(section, was, now))
         result.inputs[section] = converted
     _steps_for_epochs(result, inputs)
+    _drop_swept(result)
     return result
+
+
+def _drop_swept(result: Migration) -> None:
+    """A training_args value for an axis experiment_args sweeps is left out: every condition takes the axis' values
+    (planning refuses both given), and nothing is lost."""
+    training, experiment = result.inputs.get("training_args"), result.inputs.get("experiment_args")
+    if not isinstance(training, dict) or not isinstance(experiment, dict):
+        return
+    for name in [name for name in training if experiment.get(name)]:
+        value = training.pop(name)
+        result.dropped.append(
+            f"training_args.{name}: {flow(value)}: experiment_args.{name} sweeps it, every condition takes those values"
+        )
 
 
 def _steps_for_epochs(result: Migration, inputs: Mapping[str, Any]) -> None:

@@ -366,6 +366,7 @@ TIMELINE: tuple[Metric, ...] = tuple(
         "warmup_time_s",
         "timed_steps_s",
         "eval_time_s",
+        "shape_probes_s",
         "profile_s",
         "teardown_s",
         "exit_s",

@@ -32,7 +32,10 @@ def test_the_tutorial_file_converts_to_settings_that_plan():
     experiment, training = migration.inputs["experiment_args"], migration.inputs["training_args"]
     assert experiment == {"arm": ["liger", "baseline"], "per_device_train_batch_size": [16, 24, 32, 40, 48, 56]}
     assert training["dataset_name"] == "tatsu-lab/alpaca" and training["dtype"] == "bfloat16"
-    assert training["arm"] == "liger" and training["max_steps"] == 40 and training["optim"] == "sgd"
+    # the tutorial's training_args.arm and batch size are swept: left out, said (planning refuses both given)
+    assert "arm" not in training and "per_device_train_batch_size" not in training
+    assert any(line.startswith("training_args.arm: liger: experiment_args.arm sweeps it") for line in migration.dropped)
+    assert training["max_steps"] == 40 and training["optim"] == "sgd"
     assert not {"dataset", "bf16", "use_liger", "num_train_epochs", "report_to"} & set(training)
     assert [str(c) for c in migration.changed] == [
         "experiment_args.use_liger: [true, false] → experiment_args.arm: [liger, baseline]",
@@ -40,7 +43,7 @@ def test_the_tutorial_file_converts_to_settings_that_plan():
         "training_args.use_liger: true → training_args.arm: liger",
         "training_args.bf16: true → training_args.dtype: bfloat16",
     ]
-    assert len(migration.dropped) == 6 and not migration.not_converted
+    assert len(migration.dropped) == 8 and not migration.not_converted  # 2 of them: swept axes
     # The converted file reads as a whole and plans: 2 arms × 6 batch sizes × 3 runs.
     from workflows.benchmark import benchmarking_experiment
 
@@ -78,7 +81,11 @@ def test_what_cannot_be_converted_is_left_out_and_said(tmp_path, capsys):
         "n_runs": 2,
     }
     migration = migrate(inputs)
-    assert migration.inputs["training_args"] == {"arm": "compile"} and migration.inputs["n_runs"] == 2
+    # training_args.arm is replaced by the arms use_liger sweeps: left out, and said
+    assert migration.inputs["training_args"] == {} and migration.inputs["n_runs"] == 2
+    assert any(
+        line.startswith("training_args.arm: compile: experiment_args.arm sweeps it") for line in migration.dropped
+    )
     assert migration.inputs["experiment_args"] == {"arm": ["liger", "baseline"]}
     assert migration.not_converted == [
         "experiment_args.bf16: [true, false]: no equivalent for this value (bf16: false leaves dtype at auto)",

@@ -84,7 +84,7 @@ def test_planning_refuses_more_gpus_than_the_machine_has_and_a_cap_above_its_gpu
 
 def test_what_a_machine_cannot_train_is_named_from_its_gpus_alone():
     """The core check, without Flyte: its problems from the GPUs it is handed."""
-    from finetune_bench.running.preflight import machine_problems
+    from finetune_bench.inputs.machine import machine_problems
 
     conditions = [TrainingArgs(device="cuda"), TrainingArgs(arm="float8", gpu_memory_cap_gib=40.0)]
     none = machine_problems(conditions, [], None)
