@@ -159,7 +159,8 @@ def migration_hint(inputs: Mapping[str, Any], path: str = "") -> str:
         return ""
     equivalents = [f"{c.was} → {c.now}" for c in migration.changed]
     if migration.dropped:
-        equivalents.append(f"{len(migration.dropped)} key(s) with nothing to set here left out")
+        left_out = len(migration.dropped)
+        equivalents.append(f"{left_out} key(s) left out: nothing to set here, or an axis experiment_args sweeps")
     return (
         f"hint: these are the Union tutorial's keys; `make migrate INPUTS={path or '<this file>'}` writes the file "
         f"with this project's settings ({'; '.join(equivalents)})"

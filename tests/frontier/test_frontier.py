@@ -483,23 +483,18 @@ def test_gpu_inputs_are_valid(name):
 
 
 def test_dynamic_body_compiles_to_a_map_over_every_search():
-    from flytekit.configuration import ImageConfig, SerializationSettings
-    from flytekit.core.context_manager import FlyteContextManager
     from flytekit.types.directory import FlyteDirectory
 
+    from tests.workflows.compiled import compile_dynamic
     from workflows.frontier import run_searches
 
-    settings = SerializationSettings(image_config=ImageConfig.auto_default_image())
-    ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
-    with FlyteContextManager.with_context(ctx) as ctx:
-        spec = run_searches.compile_into_workflow(
-            ctx,
-            run_searches._task_function,
-            searches=plan(),
-            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
-            model_dir=FlyteDirectory("s3://bucket/model"),
-            execution=RunSettings(concurrency=2, min_success_ratio=1.0),
-        )
+    spec = compile_dynamic(
+        run_searches,
+        searches=plan(),
+        dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+        model_dir=FlyteDirectory("s3://bucket/model"),
+        execution=RunSettings(concurrency=2, min_success_ratio=1.0),
+    )
     (node,) = spec.nodes
     assert node.array_node.to_flyte_idl().parallelism == 2
     assert set(node.array_node.to_flyte_idl().bound_inputs) == {"dataset_dir", "model_dir"}

@@ -112,11 +112,10 @@ def test_every_layout_but_one_gpu_has_a_module_level_elastic_search_task():
 
 
 def test_the_dynamic_node_maps_searches_on_four_gpus_over_the_layout_s_search_task():
-    from flytekit.core.context_manager import FlyteContextManager
     from flytekit.types.directory import FlyteDirectory
 
     from finetune_bench.inputs.plan import RunSettings
-    from tests.workflows.compiled import SETTINGS
+    from tests.workflows.compiled import compile_dynamic
     from workflows.frontier import run_searches
 
     args = TrainingArgs(backend="plain_loop", num_gpus=4, parallelism="fsdp")
@@ -124,15 +123,12 @@ def test_the_dynamic_node_maps_searches_on_four_gpus_over_the_layout_s_search_ta
         FrontierSearch(FrontierArm(arm), BATCH_SIZE, dataclasses.replace(args, arm=arm), 1, 8, 1, 1, 1, 600)
         for arm in ("liger", "baseline")
     ]
-    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
-    with FlyteContextManager.with_context(ctx) as ctx:
-        spec = run_searches.compile_into_workflow(
-            ctx,
-            run_searches._task_function,
-            searches=searches,
-            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
-            model_dir=FlyteDirectory("s3://bucket/model"),
-            execution=RunSettings(concurrency=2, min_success_ratio=1.0),
-        )
+    spec = compile_dynamic(
+        run_searches,
+        searches=searches,
+        dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+        model_dir=FlyteDirectory("s3://bucket/model"),
+        execution=RunSettings(concurrency=2, min_success_ratio=1.0),
+    )
     (node,) = spec.nodes
     assert ".map_search_memory_frontier_1x4gpu_" in node.array_node.node.task_node.reference_id.name

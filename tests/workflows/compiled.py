@@ -11,19 +11,24 @@ from finetune_bench.sources.versions import SourceVersions
 SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image())
 
 
+def compile_dynamic(dynamic, **inputs) -> DynamicJobSpec:
+    """A dynamic node's body over `inputs`, compiled to the spec its pod hands to Flyte. flytekit compiles a dynamic's
+    body once per process and keeps it (a pod runs one): every compilation here starts afresh, else a test would be
+    handed the body another test compiled on other inputs."""
+    dynamic._wf = None
+    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
+    with FlyteContextManager.with_context(ctx) as ctx:
+        return dynamic.compile_into_workflow(ctx, dynamic._task_function, **inputs)
+
+
 def compile_benchmark_dynamic(
     planned: list[PlannedRun], concurrency: int = 2, min_success_ratio: float = 0.5, accelerator: str = ""
 ) -> DynamicJobSpec:
     """`run_benchmark`'s body over `planned`, compiled to the spec its pod hands to Flyte."""
     from workflows.benchmark import run_benchmark
 
-    # flytekit compiles a dynamic's body once per process (a pod runs one): a test compiling several grids resets it
-    run_benchmark._wf = None
-    ctx = FlyteContextManager.current_context().with_serialization_settings(SETTINGS)
-    with FlyteContextManager.with_context(ctx) as ctx:
-        return run_benchmark.compile_into_workflow(
-            ctx,
-            run_benchmark._task_function,
+    return compile_dynamic(
+            run_benchmark,
             planned=planned,
             execution=RunSettings(
                 concurrency=concurrency,
