@@ -28,16 +28,16 @@ def compile_benchmark_dynamic(
     from workflows.benchmark import run_benchmark
 
     return compile_dynamic(
-            run_benchmark,
-            planned=planned,
-            execution=RunSettings(
-                concurrency=concurrency,
-                min_success_ratio=min_success_ratio,
-                condition_timeout_s=60,
-                results_store="s3://bucket/results",
-                accelerator=accelerator,
-            ),
-            dataset_dir=FlyteDirectory("s3://bucket/dataset"),
-            model_dir=FlyteDirectory("s3://bucket/model"),
-            sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
-        )
+        run_benchmark,
+        planned=planned,
+        execution=RunSettings(
+            concurrency=concurrency,
+            min_success_ratio=min_success_ratio,
+            condition_timeout_s=60,
+            results_store="s3://bucket/results",
+            accelerator=accelerator,
+        ),
+        dataset_dir=FlyteDirectory("s3://bucket/dataset"),
+        model_dir=FlyteDirectory("s3://bucket/model"),
+        sources=SourceVersions(dataset="d", model="m", dataset_cache_key="d", model_cache_key="m"),
+    )
