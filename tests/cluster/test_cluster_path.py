@@ -96,11 +96,15 @@ REGISTRATIONS = {
 
 # The registrations executed whole, side by side.
 EXECUTED = ("benchmark", "frontier", "kernels", "ranks", "frontier_ranks")
-# The frontier's execution (11 pods, about a minute and a half of both cores) runs only when its test is selected:
-# its test is marked slow, so `make test` executes the benchmark and the kernel benchmark alone.
+# The executions that serve slow tests alone, each with its test: executed (and registered) only when that test is
+# selected, so `make test` executes the benchmark and the kernel benchmark alone. The frontier's (11 pods, about a
+# minute and a half of both cores), the frontier's on several nodes, and the benchmark's on 2 ranks of one node and 2
+# nodes of 2 ranks (3 pods of 2 training ranks each, about three minutes of both cores; the ranks' training itself is
+# in `make test` through the same Elastic tasks, tests/running/test_ranks.py).
 FRONTIER_TEST = "test_every_frontier_task_runs_in_its_pod"
-# Likewise the frontier's on several nodes (slow).
 FRONTIER_RANKS_TEST = "test_a_frontier_on_two_nodes_searches_in_rank_0_s_pod_and_trains_every_probe_on_all_ranks"
+RANKS_TEST = "test_an_elastic_pod_and_a_pytorchjob_s_worker_pods_train_their_ranks_on_gloo"
+SLOW_EXECUTIONS = {"frontier": FRONTIER_TEST, "frontier_ranks": FRONTIER_RANKS_TEST, "ranks": RANKS_TEST}
 
 
 def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
@@ -109,12 +113,12 @@ def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
     return {**env, **overrides}
 
 
-# The frontier's registrations serve only slow tests (its execution, its dry run's pods): registered when one of those
-# is selected. In the default run test_no_template_carries_a_local_path_or_a_secret checks the others' templates
+# The frontier's registrations and the benchmark's on several ranks serve only slow tests (their executions, the
+# frontier's dry run's pods): registered when one of those is selected. In the default run test_no_template_carries_a_local_path_or_a_secret checks the others' templates
 # (the registration code, tasks/registration.py, is the same for every workflow); every workflow's, the frontier's
 # included, is checked for local paths by tests/workflows/test_workflow.py::
 # test_package_serializes_every_workflow_without_docker_and_without_a_local_path.
-SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults", "frontier_ranks")
+SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults", "frontier_ranks", "ranks")
 
 
 def _registrations_needed(session: pytest.Session) -> list[str]:
@@ -123,10 +127,7 @@ def _registrations_needed(session: pytest.Session) -> list[str]:
     for item in session.items:
         if item.module is None or item.module.__name__ != __name__:
             continue
-        if item.name == FRONTIER_TEST:
-            used.add("frontier")
-        if item.name == FRONTIER_RANKS_TEST:
-            used.add("frontier_ranks")
+        used.update(name for name, test in SLOW_EXECUTIONS.items() if item.name == test)
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "registration" in callspec.params:
             used.add(callspec.params["registration"])
@@ -162,7 +163,12 @@ def registered(tmp_path_factory, request) -> dict[str, Path]:
         )
         running[name] = (process, log)
     for name, (process, log) in running.items():
-        assert process.wait(timeout=600) == 0, (base / f"{name}.log").read_text()[-3000:]
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if os.environ.get("PODCPU"):
+            with open(os.environ["PODCPU"], "a") as f:
+                f.write(f"{usage.ru_utime + usage.ru_stime:8.1f} REGISTER {name}\n")
+        assert process.returncode == 0, (base / f"{name}.log").read_text()[-3000:]
         log.close()
     return {name: base / name for name in names}
 
@@ -196,12 +202,11 @@ def _read(path: Path, message):
 
 @pytest.fixture(scope="module")
 def executions(registered, tmp_path_factory, request) -> dict[str, tuple[Cluster, Future]]:
-    """The benchmark, the frontier and the kernel benchmark executed side by side (each pod is a process; the
-    threads only wait for them): name -> (its cluster, its outputs or its failure). The frontier only when its
-    (slow) test is among the selected ones."""
+    """The registrations of EXECUTED executed side by side (each pod is a process; the threads only wait for them):
+    name -> (its cluster, its outputs or its failure). Those of SLOW_EXECUTIONS only when their (slow) test is among
+    the selected ones."""
     selected = {item.name for item in request.session.items}
-    slow_only = {"frontier": FRONTIER_TEST, "frontier_ranks": FRONTIER_RANKS_TEST}
-    names = [name for name in EXECUTED if name not in slow_only or slow_only[name] in selected]
+    names = [name for name in EXECUTED if name not in SLOW_EXECUTIONS or SLOW_EXECUTIONS[name] in selected]
     clusters = {name: _cluster(registered[name], tmp_path_factory.mktemp(name)) for name in names}
     with ThreadPoolExecutor(len(clusters)) as pool:
         running = {name: (cluster, pool.submit(cluster.execute)) for name, cluster in clusters.items()}
@@ -536,6 +541,7 @@ def test_a_second_execution_hits_the_download_cache_and_reuses_the_stored_runs(b
     assert "2 of 2 runs reused from the results store" in report and "by an earlier execution" in report
 
 
+@pytest.mark.slow
 def test_an_elastic_pod_and_a_pytorchjob_s_worker_pods_train_their_ranks_on_gloo(executions):
     """A run on one node of 2 ranks trains in one pod (PyTorch Elastic launching both ranks there); a run on 2 nodes
     is a PyTorchJob: two worker pods, with the operator's variables, whose 4 ranks meet at the rendezvous, and whose

@@ -100,6 +100,22 @@ def test_train_task_reuses_a_stored_run_unless_fresh(monkeypatch, tiny_model_dir
     assert train_condition(**inputs, force_fresh=False).result.reused
 
 
+# The smoke grid's settings on the baseline alone (Liger on a CPU runs in the Triton interpreter, ten times slower),
+# with 2 runs of each batch size: 4 runs.
+FOUR_RUNS = """
+experiment_args:
+  per_device_train_batch_size: [1, 2]
+training_args:
+  model_name: "random:tiny-llama"
+  dataset_name: "synthetic:alpaca"
+  arm: baseline
+  max_seq_length: 32
+  max_steps: 4
+  timing_warmup_steps: 1
+n_runs: 2
+"""
+
+
 def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
@@ -115,9 +131,12 @@ def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.Compl
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
+    inputs = store.parent / "four_runs.yaml"
+    inputs.write_text(FOUR_RUNS)
     pyflyte = Path(sys.executable).parent / "pyflyte"
     return subprocess.run(
-        [str(pyflyte), "run", "workflows/benchmark.py", "benchmarking_experiment", "--results_store", str(store)],
+        [str(pyflyte), "run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(inputs)]
+        + ["--results_store", str(store)],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
@@ -127,30 +146,28 @@ def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.Compl
 
 
 def test_an_interrupted_grid_with_faults_resumes_without_rerunning_finished_runs(tmp_path):
-    """The smoke grid (liger × batch 1, 2): liger batch 2 runs out of memory at step 2 and baseline batch 1's loss
-    turns NaN (injected faults), and the whole workflow is killed when baseline batch 2 starts. What the faults made is
-    no measurement: only liger batch 1, which no fault touched, is kept. The re-run, without faults, reuses it and
-    trains the other three."""
+    """Two runs of batch 1 and 2 each: batch 2's first run runs out of memory at step 2 and batch 1's second run's
+    loss turns NaN (injected faults), and the whole workflow is killed when batch 2's second run starts. What the
+    faults made is no measurement: only batch 1's first run, which no fault touched, is kept. The re-run, without
+    faults, reuses it and trains the other three."""
     store, export = tmp_path / "store", tmp_path / "export"
     interrupted = _pyflyte_run(
         tmp_path / "unused",
         store,
-        fault="oom@2:arm=liger,per_device_train_batch_size=2#0;"
-        "nan@1:arm=baseline,per_device_train_batch_size=1#0;"
-        "interrupt@0:arm=baseline,per_device_train_batch_size=2#0",
+        fault="oom@2:per_device_train_batch_size=2#0;"
+        "nan@1:per_device_train_batch_size=1#1;"
+        "interrupt@0:per_device_train_batch_size=2#1",
     )
     assert interrupted.returncode != 0
     assert len(list(store.glob("*/result.json"))) == 1, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
 
     resumed = _pyflyte_run(export, store)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    results = pd.read_csv(export / "results.csv").set_index(["arm", "per_device_train_batch_size"])
+    results = pd.read_csv(export / "results.csv").set_index(["per_device_train_batch_size", "run_number"])
     assert set(results["status"]) == {"ok"}
-    assert results["reused"].to_dict() == {
-        ("liger", 1): True, ("liger", 2): False, ("baseline", 1): False, ("baseline", 2): False
-    }  # fmt: skip
+    assert results["reused"].to_dict() == {(1, 0): True, (1, 1): False, (2, 0): False, (2, 1): False}
     steps = pd.read_csv(export / "steps.csv")
-    assert set(steps.groupby("condition_id").size()) == {4}
+    assert set(steps.groupby(["condition_id", "run_number"]).size()) == {4}
     report = (export / "report.html").read_text()
     # a resumed grid reports every run, and says which were measured by the interrupted execution
     assert "1 of 4 runs reused from the results store, measured " in report
