@@ -114,9 +114,10 @@ def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
 
 
 # The frontier's registrations and the benchmark's on several ranks serve only slow tests (their executions, the
-# frontier's dry run's pods): registered when one of those is selected. In the default run test_no_template_carries_a_local_path_or_a_secret checks the others' templates
-# (the registration code, tasks/registration.py, is the same for every workflow); every workflow's, the frontier's
-# included, is checked for local paths by tests/workflows/test_workflow.py::
+# frontier's dry run's pods): registered when one of those is selected. In the default run
+# test_no_template_carries_a_local_path_or_a_secret checks the others' templates (the registration code,
+# tasks/registration.py, is the same for every workflow); every workflow's, the frontier's included, is checked for
+# local paths by tests/workflows/test_workflow.py::
 # test_package_serializes_every_workflow_without_docker_and_without_a_local_path.
 SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults", "frontier_ranks", "ranks")
 

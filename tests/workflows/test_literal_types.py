@@ -56,7 +56,8 @@ def _serialized(mode: str) -> dict:
 
 def test_every_task_serializes_as_without_the_cache_which_computes_each_dataclass_once():
     cached, uncached = _serialized("cached"), _serialized("uncached")
-    assert {"tasks.train.train_condition", "tasks.frontier_ranks.search_memory_frontier_2x4gpu"} <= set(cached["serialized"])
+    expected = {"tasks.train.train_condition", "tasks.frontier_ranks.search_memory_frontier_2x4gpu"}
+    assert expected <= set(cached["serialized"])
     assert cached["serialized"] == uncached["serialized"]
     # the cache computes each class once: far fewer than flytekit alone, which computes one per use
     assert cached["computed"] < uncached["computed"] / 3, (cached["computed"], uncached["computed"])
