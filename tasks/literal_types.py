@@ -4,8 +4,8 @@ flytekit computes a dataclass's literal type (its JSON schema, built by mashumar
 every task and workflow that takes or returns it. These tasks pass a few large dataclasses (`TrainingArgs`, in
 `PlannedRun`, `FrontierSearch`, ...) through dozens of tasks, one per GPU layout: without a cache, building the same
 schemas again took most of the CPU time of importing the workflows, which every `pyflyte run`, registration and pod
-pays before it does anything. The literal type depends on the class alone, and flytekit never changes one it was
-given, so the first one computed serves every later use; the serialized tasks are the same with and without it
+pays before it does anything. The literal type depends on the class alone: the first one computed serves every later
+use, each as a copy of its own (flytekit changes some it is given), the same as flytekit computes
 (tests/workflows/test_literal_types.py).
 """
 

@@ -88,6 +88,8 @@ def test_a_plain_loop_run_of_the_cce_arm_records_cce_and_trains_as_torch_s_loss(
     assert cce_losses == pytest.approx(reference_losses, rel=1e-4)
 
 
+# slow: four runs compiling CCE's torch_compile implementation (the plain loop's run of the arm is in make test)
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hf_trainer", "trl_sft"])
 def test_a_trainer_run_of_the_cce_arm_trains_as_the_model_s_own_loss(
     tmp_path, tiny_dataset_dir, tiny_model_dir, backend

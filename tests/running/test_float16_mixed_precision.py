@@ -220,6 +220,8 @@ def test_the_trainer_skips_a_step_with_an_inf_gradient_and_shrinks_its_scale(tmp
     assert recorder.steps and all(math.isfinite(s.loss) for s in recorder.steps)
 
 
+# slow: every criterion, Liger's in the Triton interpreter (the plain loop's float16 training is in make test above)
+@pytest.mark.slow
 def test_every_plain_loop_loss_gives_float32_gradients_under_float16_autocast(tiny_model_dir):
     """Each criterion the plain loop computes, under float16 autocast with float32 weights and the initial loss
     scale, against torch's cross entropy in float32 (in a process of its own: Liger's kernels run in the Triton

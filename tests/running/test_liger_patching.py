@@ -44,6 +44,8 @@ def _compile_check(model_dir, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# slow: torch.compile's graphs built on a CPU, half a minute of both cores
+@pytest.mark.slow
 def test_compiled_liger_runs_its_kernels_eagerly_between_the_graphs(tiny_model_dir):
     """compile+liger: dynamo must not trace Liger's kernels (traced, they gave wrong losses on a GPU); kept out,
     the compiled model computes exactly what the eager one does, and the rest of the model is still captured."""
