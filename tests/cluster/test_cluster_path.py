@@ -113,26 +113,33 @@ def _registration_env(home: Path, overrides: dict[str, str]) -> dict[str, str]:
     return {**env, **overrides}
 
 
-# The frontier's registrations and the benchmark's on several ranks serve only slow tests (their executions, the
-# frontier's dry run's pods): registered when one of those is selected. In the default run
-# test_no_template_carries_a_local_path_or_a_secret checks the others' templates (the registration code,
+# `make test` registers the benchmark and the kernel benchmark alone, and executes them. Every other registration
+# serves slow tests (each union CLI process is about 13 s of CPU, each execution minutes): registered when a selected
+# test uses it, by a `registration` parameter or as listed here. In the default run
+# test_no_template_carries_a_local_path_or_a_secret checks the two registrations' templates (the registration code,
 # tasks/registration.py, is the same for every workflow); every workflow's, the frontier's included, is checked for
 # local paths by tests/workflows/test_workflow.py::
 # test_package_serializes_every_workflow_without_docker_and_without_a_local_path.
-SLOW_ONLY_REGISTRATIONS = ("frontier", "frontier_defaults", "frontier_ranks", "ranks")
+DEFAULT_REGISTRATIONS = ("benchmark", "kernels")
+SLOW_TESTS_REGISTRATIONS = {
+    **{test: (name,) for name, test in SLOW_EXECUTIONS.items()},
+    "test_images_do_not_depend_on_the_working_directory_or_cache_files": ("any_gpu",),
+    "test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning": ("wandb",),
+    "test_each_software_set_s_runs_go_to_the_image_registration_built_for_it": ("h100",),
+}
 
 
 def _registrations_needed(session: pytest.Session) -> list[str]:
-    """REGISTRATIONS but a slow-only one no selected test of this module uses."""
-    used = set()
+    """DEFAULT_REGISTRATIONS and those the selected tests of this module use."""
+    used = set(DEFAULT_REGISTRATIONS)
     for item in session.items:
         if item.module is None or item.module.__name__ != __name__:
             continue
-        used.update(name for name, test in SLOW_EXECUTIONS.items() if item.name == test)
+        used.update(SLOW_TESTS_REGISTRATIONS.get(item.originalname, ()))
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "registration" in callspec.params:
             used.add(callspec.params["registration"])
-    return [name for name in REGISTRATIONS if name not in SLOW_ONLY_REGISTRATIONS or name in used]
+    return [name for name in REGISTRATIONS if name in used]
 
 
 @pytest.fixture(scope="module")
@@ -298,8 +305,9 @@ def _train_accelerators(futures) -> set[str]:
     ("registration", "accelerator", "expected"),
     [
         ("benchmark", "", "nvidia-tesla-a100"),
-        ("any_gpu", "", ""),
-        ("h100", "", "nvidia-h100"),
+        # slow (a registration of its own each)
+        pytest.param("any_gpu", "", "", marks=pytest.mark.slow),
+        pytest.param("h100", "", "nvidia-h100", marks=pytest.mark.slow),
         # slow (a pod of its own): an inputs file's accelerator overriding the registered one is checked on the
         # compiled dynamic node by tests/workflows/test_multi_gpu_serialization.py::
         # test_an_inputs_file_s_accelerator_overrides_every_layout_s_train_tasks
@@ -346,6 +354,7 @@ def test_the_registered_dynamic_nodes_request_their_resources(registered):
         assert requests == expected, name
 
 
+@pytest.mark.slow
 def test_images_do_not_depend_on_the_working_directory_or_cache_files(registered):
     infos = [json.loads((registered[name] / "registered.json").read_text()) for name in ("benchmark", "any_gpu")]
     names = [{k: (v["id"], v["image"]) for k, v in info["images"].items()} for info in infos]
@@ -408,6 +417,7 @@ def test_a_dry_run_plans_a_liger_arm_on_the_cluster(registered, tmp_path, regist
     assert "liger" in Path(outputs.literals[report].scalar.blob.uri).read_text()
 
 
+@pytest.mark.slow
 def test_w_and_b_asked_for_without_its_secret_stops_the_execution_at_planning(registered, tmp_path):
     cluster = _cluster(registered["wandb"], tmp_path)  # the cluster has no wandb_api_key secret
     with pytest.raises(PodFailed) as failed:
@@ -462,6 +472,7 @@ def test_every_kernel_benchmark_task_runs_in_its_pod(executions):
     assert "rms_norm" in rows and ",ok," in rows
 
 
+@pytest.mark.slow
 def test_each_software_set_s_runs_go_to_the_image_registration_built_for_it(registered, benchmark_run, tmp_path):
     """Registered with an inputs file that sweeps a software set, the set has an image of its own (the training
     image's packages, the set's pin in place of the lockfile's), and the dynamic node maps the set's runs onto it and
@@ -527,6 +538,7 @@ def second_benchmark_run(benchmark_run) -> tuple[list, literals_pb2.LiteralMap]:
     return cluster.pods[first:], outputs
 
 
+@pytest.mark.slow
 def test_a_second_execution_hits_the_download_cache_and_reuses_the_stored_runs(benchmark_run, second_benchmark_run):
     cluster, _ = benchmark_run
     pods, outputs = second_benchmark_run
