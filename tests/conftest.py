@@ -25,6 +25,9 @@ os.environ["WANDB_MODE"] = "offline"
 # and the training children: with more than one compile thread inductor first starts a pool of compile processes,
 # each importing torch, which on two cores shared with another test worker costs more than it saves.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# One thread per process for PyTorch's (OpenMP's) operators: the suite's workers and their training children share two
+# cores and train tiny models, and a pool of threads per process spins waiting for cores the others hold.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 tempfile.tempdir = None
 
 import contextlib  # noqa: E402
