@@ -1,7 +1,9 @@
 """Keep every test's side effects (Flyte sandboxes and local cache, model/data cache) in one temp tree."""
 
+import atexit
 import importlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -10,6 +12,9 @@ from pathlib import Path
 # directory, never inside another's: nested, the paths outgrow what a Unix socket takes (Chromium's, 108 bytes).
 _BASE = os.environ.setdefault("FINETUNE_BENCH_TESTS_BASE_TMP", tempfile.gettempdir())
 _ROOT = Path(tempfile.mkdtemp(prefix="finetune-bench-tests-", dir=_BASE))
+# The tree goes with the process that made it (a suite's trees held hundreds of megabytes each, and every run left its
+# own behind).
+atexit.register(shutil.rmtree, _ROOT, True)
 for name in ("home", "tmp", "cache"):
     (_ROOT / name).mkdir()
 os.environ["HOME"] = str(_ROOT / "home")
