@@ -338,9 +338,6 @@ def _run_measured(args: list[str], cwd: Path, env: dict[str, str], log, timeout_
     finally:
         timer.cancel()
     process.returncode = os.waitstatus_to_exitcode(status)
-    if os.environ.get("PODCPU"):
-        with open(os.environ["PODCPU"], "a") as f:
-            f.write(f"{usage.ru_utime + usage.ru_stime:8.1f} {env.get('FLYTE_INTERNAL_TASK_NAME')} {cwd}\n")
     return process.returncode, usage.ru_maxrss * 1024  # kilobytes on Linux
 
 
