@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
@@ -100,20 +101,14 @@ def test_train_task_reuses_a_stored_run_unless_fresh(monkeypatch, tiny_model_dir
     assert train_condition(**inputs, force_fresh=False).result.reused
 
 
-# The smoke grid's settings on the baseline alone (Liger on a CPU runs in the Triton interpreter, ten times slower),
-# with 2 runs of each batch size: 4 runs.
-FOUR_RUNS = """
-experiment_args:
-  per_device_train_batch_size: [1, 2]
-training_args:
-  model_name: "random:tiny-llama"
-  dataset_name: "synthetic:alpaca"
-  arm: baseline
-  max_seq_length: 32
-  max_steps: 4
-  timing_warmup_steps: 1
-n_runs: 2
-"""
+def _four_runs() -> str:
+    """The smoke grid (inputs/smoke.yaml) on the baseline alone (Liger on a CPU runs in the Triton interpreter, ten
+    times slower), with 2 runs of each batch size: 4 runs."""
+    inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / "smoke.yaml").read_text())
+    inputs["experiment_args"].pop("arm")
+    inputs["training_args"]["arm"] = "baseline"
+    inputs["n_runs"] = 2
+    return yaml.safe_dump(inputs)
 
 
 def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.CompletedProcess:
@@ -132,7 +127,7 @@ def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.Compl
     if fault:
         env[FAULT_ENV] = fault
     inputs = store.parent / "four_runs.yaml"
-    inputs.write_text(FOUR_RUNS)
+    inputs.write_text(_four_runs())
     pyflyte = Path(sys.executable).parent / "pyflyte"
     return subprocess.run(
         [str(pyflyte), "run", "workflows/benchmark.py", "benchmarking_experiment", "--inputs-file", str(inputs)]
