@@ -8,6 +8,8 @@
 # usage: [SHORT_STEPS=20] [LONG_STEPS=305] [SHORT_RUNS=3] [LONG_RUNS=1] [NUM_GPUS=1] [PAD_TO=0] \
 #        scripts/gpu_projection.sh INPUTS OUTDIR
 #   NUM_GPUS > 1 trains each run on that many GPUs with DDP; PAD_TO > 0 sets pad_to_multiple_of.
+#   FRESH_JIT_CACHE=1 gives each part an empty CUDA JIT cache (CUDA_CACHE_PATH), as a fresh pod has: the long part
+#   then meets no kernel the short part's runs left compiled on the machine. Each part's cache size is printed.
 #   OUTDIR gets gpu.txt, check.txt, short.tgz and long.tgz: short/ and long/, each the workflow's outputs,
 #   workflow.log and every run's result.json and steps.csv from the results store.
 source "$(dirname "$0")/gpu_setup.sh"
@@ -31,16 +33,18 @@ if gpus > 1:
     cfg["training_args"].update(num_gpus=gpus, parallelism="ddp")
 yaml.safe_dump(cfg, open(target, "w"), sort_keys=False)
 PY
+  if [ "${FRESH_JIT_CACHE:-0}" = 1 ]; then export CUDA_CACHE_PATH=$out/jit-cache-$part; mkdir -p "$CUDA_CACHE_PATH"; fi
   start=$(date +%s)
   FINETUNE_BENCH_EXPORT_DIR=$out/$part python3 /tmp/site/bin/pyflyte run workflows/benchmark.py benchmarking_experiment \
     --inputs-file "$out/$part/inputs.yaml" > "$out/$part/workflow.log" 2>&1 || rc=$?
   tail -n 12 "$out/$part/workflow.log"
   echo "$part: workflow exit status $rc, wall time $(( $(date +%s) - start )) s"
+  echo "$part: CUDA JIT cache $(du -sh "${CUDA_CACHE_PATH:-$HOME/.nv/ComputeCache}" 2>/dev/null || echo 'none')"
   find "$FINETUNE_BENCH_CACHE_DIR/results" \( -name result.json -o -name steps.csv \) -newer "$out/$part/inputs.yaml" \
     | tar -czf "$out/$part/stored_runs.tgz" -T - 2>/dev/null
   tar -czf "$out/$part.tgz" -C "$out" "$part"  # kept whatever happens next
 done
 python3 scripts/projection_check.py "$out/short" "$out/long" | tee "$out/check.txt" || rc=$?
 # One file a part back (the machine returns a limited number of files).
-rm -rf "$out/short" "$out/long"
+rm -rf "$out/short" "$out/long" "$out"/jit-cache-*
 exit $rc

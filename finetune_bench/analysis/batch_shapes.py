@@ -28,8 +28,9 @@ NOTABLE_COMPILE_S = 0.05
 # measured there.
 CUDNN_NOTE = (
     "on H100s and H200s with torch 2.11, SDPA's cuDNN attention was measured to pay for each new length (building its "
-    "plan; a few lengths 1.5-2 s), and `attention: efficient` almost nothing per length at a lower steady throughput "
-    "(docs/measurements.md; the Step times tab)"
+    "plan; 1.5-3 s at a few lengths in a machine's first run, compiling kernels once: `jit_cache_bytes`), and "
+    "`attention: efficient` almost nothing per length at a lower steady throughput (docs/measurements.md; the Step "
+    "times tab)"
 )
 # The attention settings under which SDPA may pick cuDNN's kernel.
 CUDNN_ATTENTIONS = ("sdpa", "cudnn")

@@ -24,10 +24,15 @@ throughput is (`analysis.stats`: the median of paired ratios, its interval). Pac
 shape: the projection is then the steady state, with the warm-up added. Evaluation, checkpointing and start-up are
 not projected.
 
+Timed steps and probes during which the CUDA JIT cache grew (`measuring.jit_cache`: the first run on a machine
+compiling kernels, 1.5-3 s a step, once for the machine and not again at the same lengths) price no length: the
+machine's one-time compilations are no part of what each new length costs.
+
 No torch: numpy and the step table's plain numbers.
 """
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -40,6 +45,7 @@ from finetune_bench.measuring.steady_state import (
     OUTLIER_FACTOR,
     ROW_LENGTHS,
     SHAPE_PROBES,
+    SHAPE_PROBES_JIT,
     StepTimeModel,
     TimedStep,
     fit_step_time,
@@ -72,18 +78,28 @@ class StepCosts:
     new_shape_samples: int = 0
     # The probes' lengths and what a step at each took beyond the line the first time (`running.backends.shape_probes`).
     probed: dict[int, float] = field(default_factory=dict)
+    # How many new-shape steps and probes were left out of the prices because the CUDA JIT cache grew in them.
+    compiling_samples: int = 0
 
     def length_cost(self, length: int) -> float:
         """What a step meeting `length` first costs beyond the line: its probe's, else the mean new-shape cost."""
         return self.probed.get(length, self.new_shape_step_s or 0.0)
 
 
-def step_costs(steps: pd.DataFrame, probes: dict[int, float] | None = None, rows_per_probe: int = 1) -> StepCosts:
+def step_costs(
+    steps: pd.DataFrame,
+    probes: dict[int, float] | None = None,
+    rows_per_probe: int = 1,
+    compiling_probes: Collection[int] = (),
+) -> StepCosts:
     """A run's step costs from its rows of the step table (`step`, `step_time_s`, `padded_tokens`, `new_shape`,
-    `is_warmup`, ...) and its probes (seconds of a step at each length, `rows_per_probe` rows of it: the batch times
-    the micro-batches of a step). The mean new-shape cost is over the timed new-shape steps and the probes. Raises
-    NotProjected when its steady state is not known."""
+    `is_warmup`, `jit_cache_bytes`, ...) and its probes (seconds of a step at each length, `rows_per_probe` rows of
+    it: the batch times the micro-batches of a step; `compiling_probes`: the lengths whose probe grew the CUDA JIT
+    cache). The mean new-shape cost is over the timed new-shape steps and the probes, those that grew the JIT cache
+    left out (all kept where every one did). Raises NotProjected when its steady state is not known."""
     warmup = steps["is_warmup"].astype(bool)
+    jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
+    compiling = set(steps.loc[pd.to_numeric(jit, errors="coerce").fillna(0) > 0, "step"].astype(int))
     timed = [
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
@@ -108,13 +124,23 @@ def step_costs(steps: pd.DataFrame, probes: dict[int, float] | None = None, rows
     probed = {
         length: max(seconds - line.expected(length * rows_per_probe), 0.0) for length, seconds in (probes or {}).items()
     }
-    excess = [max(s.seconds - line.expected(s.padded_tokens), 0.0) for s in timed if s.new_shape]
-    excess += probed.values()
+    # (whether the JIT cache grew in it, what it cost beyond the line) of each timed new-shape step and probe
+    samples = [
+        (s.step in compiling, max(s.seconds - line.expected(s.padded_tokens), 0.0)) for s in timed if s.new_shape
+    ]
+    samples += [(length in compiling_probes, cost) for length, cost in probed.items()]
+    left_out = sum(compiled for compiled, _ in samples)
+    if left_out < len(samples):
+        probed = {length: cost for length, cost in probed.items() if length not in compiling_probes}
+        samples = [sample for sample in samples if not sample[0]]
+    else:
+        left_out = 0
+    excess = [cost for _, cost in samples]
     if not excess:  # the warm-up's new shapes after its first step (which pays for everything met first)
         rows = steps[warmup & steps["new_shape"].astype(bool) & (steps["step"] > steps["step"].min())]
         excess = [max(r.step_time_s - line.expected(r.padded_tokens), 0.0) for r in rows.itertuples()]
     mean = sum(excess) / len(excess) if excess else None
-    return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed)
+    return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed, left_out)
 
 
 def new_shapes_seconds(costs: StepCosts, plan: Schedule) -> float:
@@ -182,7 +208,10 @@ def projection_table(results: list, steps: pd.DataFrame, fine_tune: FineTune) ->
             if mine.empty:
                 raise NotProjected("the run's steps are not known")
             probes = {int(k): float(v) for k, v in json.loads(result.details.get(SHAPE_PROBES) or "{}").items()}
-            costs = step_costs(mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps)
+            compiling = {int(k) for k in json.loads(result.details.get(SHAPE_PROBES_JIT) or "{}")}
+            costs = step_costs(
+                mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps, compiling
+            )
             seconds = projected_seconds(costs, plan)
             row.update(
                 new_shape_share=new_shapes_seconds(costs, plan) / seconds,
@@ -258,7 +287,7 @@ def projection_verdicts(
         share, samples = runs["new_shape_share"].max(), runs["new_shape_samples"].min()
         caveat = (
             f" New shapes make {share:.0%} of a projected time, priced from {samples:.0f} step(s) that met one: "
-            f"a few lengths can cost far more than the rest (cuDNN's attention plans; docs/report.md#your-fine-tune), "
+            f"lengths differ in price (cuDNN's attention plans; docs/report.md#your-fine-tune), "
             f"so run more steps for a surer figure, or make shapes repeat ({REMEDY})."
             if share > UNSURE_NEW_SHAPE_SHARE and samples < SURE_NEW_SHAPE_SAMPLES
             else ""

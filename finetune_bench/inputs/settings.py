@@ -248,8 +248,8 @@ class TrainingArgs(StrictFromJson):
         requirement(lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"),
     )
     # After the timed steps, one step at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
-    # meets that the run has not fed, each timed: what a length costs the first time (most cost a step's time, a few
-    # ten times that: cuDNN's attention plans), which the projection of your whole fine-tune prices its new shapes with
+    # meets that the run has not fed, each timed: what a length costs the first time (about a step's time more: cuDNN's
+    # attention plan for it), which the projection of your whole fine-tune prices its new shapes with
     # (docs/report.md#your-fine-tune). Outside every timed figure; on a CPU none are made.
     new_shape_probes: int = acts_only(
         setting(

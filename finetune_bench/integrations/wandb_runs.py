@@ -179,7 +179,7 @@ def run_summary(result: RunResult) -> dict[str, Any]:
 
 # The per-step table's figures logged as they are (`step/<name>`), what explains a slow step among them.
 STEP_FIGURES = ("loss", "step_time_s", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries", "triton_compiles",
-                "triton_compile_s")  # fmt: skip
+                "triton_compile_s", "jit_cache_bytes")  # fmt: skip
 
 
 def step_metrics(steps_file: str | os.PathLike | None) -> list[tuple[int, dict[str, Any]]]:

@@ -37,6 +37,9 @@ OUTLIERS_DESCRIBED = 5
 ROW_LENGTHS = "row_lengths"
 # The key of a run's details holding its new-shape probes (JSON {length: seconds}; `running.backends.shape_probes`).
 SHAPE_PROBES = "shape_probes"
+# The key of a run's details naming the probes during which the CUDA JIT cache grew (JSON {length: bytes};
+# `measuring.jit_cache`): one-time compilations of the machine, not the length's price.
+SHAPE_PROBES_JIT = "shape_probes_jit_bytes"
 
 
 def length_histogram(lengths: Iterable[int]) -> str:

@@ -27,6 +27,7 @@ import torch
 
 from finetune_bench.measuring.gc_timer import GcTimer
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
+from finetune_bench.measuring.jit_cache import JitCacheGrowth, jit_cache_dir, jit_cache_text
 from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
@@ -65,6 +66,10 @@ class StepRecord:
     triton_compiles: int | None = None
     triton_compile_s: float | None = None
     triton_kernels_compiled: str = ""
+    # The bytes the CUDA driver's JIT cache grew by in the step: kernels compiled for this GPU the first time on this
+    # machine (`measuring.jit_cache`; on several GPUs the most any rank saw); None where nothing is counted (no GPU,
+    # no cache).
+    jit_cache_bytes: int | None = None
     # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
     energy_j: float | None = None
     is_warmup: bool
@@ -107,6 +112,7 @@ class StepRecorder:
     _gc: GcTimer = field(default_factory=GcTimer)
     _triton: TritonCompileCounter = field(default_factory=TritonCompileCounter)
     _counting_compiles: bool = False
+    _jit_cache: JitCacheGrowth = field(default_factory=JitCacheGrowth)
     _gc_at_last_end: float = 0.0
     _allocator_at_last_end: tuple[int, int] = (0, 0)
     # Held-out evaluations: the loss before the first step, and the total time and tokens they took.
@@ -228,6 +234,8 @@ class StepRecorder:
         self._gc.install()
         self._gc_at_last_end = self._gc.total_s
         self._counting_compiles = self._triton.install()
+        if self._cuda:
+            self._jit_cache.start(jit_cache_dir())
         self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter()
         if self._phase_ended is not None and "setup_s" not in self.phases:
@@ -286,7 +294,10 @@ class StepRecorder:
         self._gc_at_last_end = self._gc.total_s
         energy = self._step_energy()
         compiles, compile_s, kernels = self._triton.take()
-        new_shape, compiles, compile_s = self._across_ranks(self._fed_new_shape(), compiles, compile_s)
+        jit_bytes = self._jit_cache.take()
+        new_shape, compiles, compile_s, jit_bytes = self._across_ranks(
+            self._fed_new_shape(), compiles, compile_s, jit_bytes
+        )
         if not self._counting_compiles:
             compiles = compile_s = None
         index = len(self.steps)
@@ -308,6 +319,7 @@ class StepRecorder:
                 triton_compiles=compiles,
                 triton_compile_s=compile_s,
                 triton_kernels_compiled=kernels,
+                jit_cache_bytes=jit_bytes,
                 energy_j=energy,
             )
         )
@@ -317,11 +329,12 @@ class StepRecorder:
         self._recovering = False
         if self.steps_file is not None:
             self.write_steps(self.steps_file)
-        if self.steps_file is not None or self._distributed:
-            # The next step's energy and clock start after the bookkeeping: writing the table and the ranks' word on
-            # new shapes are not training.
+        bookkept = self.steps_file is not None or self._distributed or jit_bytes is not None
+        if bookkept:
+            # The next step's energy and clock start after the bookkeeping: writing the table, reading the JIT
+            # cache and the ranks' word on new shapes are not training.
             self._energy_at_last_end = self._read_energy()
-        self._last_end = time.perf_counter() if self.steps_file is not None or self._distributed else now
+        self._last_end = time.perf_counter() if bookkept else now
 
     @property
     def _distributed(self) -> bool:
@@ -333,16 +346,22 @@ class StepRecorder:
         self._shapes_seen.update(self._step_shapes)
         return new
 
-    def _across_ranks(self, new_shape: bool, compiles: int, compile_s: float) -> tuple[bool, int, float]:
-        """On several GPUs: whether any rank fed a new shape, and the most Triton compilations and compile seconds
-        of any rank (one collective after the step's end, outside its time: what slows one rank's step slows every
-        rank's, since they wait for it). On one, the figures as they are."""
+    def _across_ranks(
+        self, new_shape: bool, compiles: int, compile_s: float, jit_bytes: int | None
+    ) -> tuple[bool, int, float, int | None]:
+        """On several GPUs: whether any rank fed a new shape, and the most Triton compilations, compile seconds and
+        JIT cache growth of any rank (one collective after the step's end, outside its time: what slows one rank's
+        step slows every rank's, since they wait for it). On one, the figures as they are."""
         if not self._distributed:
-            return new_shape, compiles, compile_s
-        figures = torch.tensor([float(new_shape), float(compiles), compile_s], dtype=torch.float64, device=self.device)
+            return new_shape, compiles, compile_s, jit_bytes
+        figures = torch.tensor(
+            [float(new_shape), float(compiles), compile_s, -1.0 if jit_bytes is None else float(jit_bytes)],
+            dtype=torch.float64,
+            device=self.device,
+        )
         torch.distributed.all_reduce(figures, op=torch.distributed.ReduceOp.MAX)
-        new, most, longest = figures.tolist()
-        return bool(new), int(most), longest
+        new, most, longest, grown = figures.tolist()
+        return bool(new), int(most), longest, None if grown < 0 else int(grown)
 
     @contextmanager
     def outside_steps(self) -> Iterator[None]:
@@ -366,6 +385,7 @@ class StepRecorder:
                 self._allocator_at_last_end = self._allocator_counts()
                 self._recovering = True
             self._triton.take()  # what the work compiled is not the next step's
+            self._jit_cache.take()
             if self._nvml is not None:
                 self._nvml.resume()
             self._gc_at_last_end = self._gc.total_s
@@ -450,7 +470,14 @@ class StepRecorder:
                         s.padded_tokens,
                         s.batch_shape,
                         s.new_shape,
-                        compiled=compilations_text(s.triton_compiles, s.triton_compile_s, s.triton_kernels_compiled),
+                        compiled="; ".join(
+                            text
+                            for text in (
+                                compilations_text(s.triton_compiles, s.triton_compile_s, s.triton_kernels_compiled),
+                                jit_cache_text(s.jit_cache_bytes),
+                            )
+                            if text
+                        ),
                     )
                     for s in measured
                 ]

@@ -108,6 +108,23 @@ def test_step_costs_read_the_line_the_new_shape_cost_and_the_warm_up():
     assert projected_seconds(costs, plan) == pytest.approx(5.0 + 0.1 * 100 + 1e-5 * 200_000 + 4 * 0.3)
 
 
+def test_steps_and_probes_that_grew_the_jit_cache_price_no_length():
+    line = lambda p: 0.1 + 1e-5 * p  # noqa: E731
+    rows = [(i, line(p), p, False, False) for i, p in enumerate([1000, 2000, 3000, 1000, 2000, 3000], start=1)]
+    rows += [(7, line(1500) + 0.2, 1500, True, False), (8, line(2500) + 2.0, 2500, True, False)]
+    table = _steps(rows).assign(jit_cache_bytes=[0] * 7 + [900_000])  # step 8 compiled kernels: a first run's
+    probes = {1200: line(1200) + 0.1, 1300: line(1300) + 1.7}
+    costs = step_costs(table, probes, compiling_probes={1300})
+    assert costs.new_shape_step_s == pytest.approx((0.2 + 0.1) / 2) and costs.new_shape_samples == 2
+    assert costs.probed == pytest.approx({1200: 0.1}) and costs.compiling_samples == 2  # 1300 priced at the mean
+    # every sample compiled: nothing warm to price with, so they stand (and none is said left out)
+    every = step_costs(table.assign(jit_cache_bytes=[0] * 6 + [1, 1]), probes, compiling_probes={1200, 1300})
+    assert every.new_shape_samples == 4 and every.compiling_samples == 0
+    assert every.new_shape_step_s == pytest.approx((0.2 + 2.0 + 0.1 + 1.7) / 4)
+    # a step table from before the column: every step counts
+    assert step_costs(_steps(rows)).new_shape_step_s == pytest.approx(1.1)
+
+
 def test_a_run_whose_timed_steps_met_no_new_shape_cannot_price_new_shapes():
     rows = [(i, 0.2, 1000, False, False) for i in range(1, 6)]
     costs = step_costs(_steps(rows))
@@ -241,9 +258,10 @@ def test_the_probes_time_the_likeliest_lengths_the_run_has_not_fed():
     def step(rows):
         fed_lengths.append(rows["input_ids"].shape)
 
-    seconds = time_new_shapes(
+    seconds, compiled = time_new_shapes(
         args, data, row_lengths, {"2x10", "2x6"}, lambda rows: collate(rows, 0), step, torch.device("cpu")
     )
+    assert compiled == {}  # a CPU has no JIT cache to read
     ranked = ranked_lengths(np.array(row_lengths), args)
     expected = [length for length in ranked if length not in (10, 6) and length <= 10][:2]
     assert [int(length) for length in seconds] == expected and 12 not in expected  # never past the longest fed

@@ -328,9 +328,9 @@ def test_steps_become_per_step_metrics(tmp_path):
     steps.write_text(
         "step,step_time_s,non_padding_tokens,padded_tokens,model_flops,loss,eval_loss,peak_allocated_bytes,"
         "peak_reserved_bytes,gc_time_s,cuda_mallocs,cuda_malloc_retries,triton_compiles,triton_compile_s,"
-        "triton_kernels_compiled,is_warmup\n"
-        "1,2.0,100,128,1e9,5.5,,1073741824,2147483648,0.0,3,0,2,0.66,liger_cross_entropy_kernel×2,True\n"
-        "2,0.5,100,128,1e9,nan,2.0,,,0.0,,,0,0.0,,False\n",
+        "triton_kernels_compiled,jit_cache_bytes,is_warmup\n"
+        "1,2.0,100,128,1e9,5.5,,1073741824,2147483648,0.0,3,0,2,0.66,liger_cross_entropy_kernel×2,4300000,True\n"
+        "2,0.5,100,128,1e9,nan,2.0,,,0.0,,,0,0.0,,,False\n",
         encoding="utf-8",
     )
     (s1, m1), (s2, m2) = tracking.step_metrics(steps)
@@ -339,6 +339,7 @@ def test_steps_become_per_step_metrics(tmp_path):
     assert (m1["step/peak_allocated_gib"], m1["step/peak_reserved_gib"], m1["step/is_warmup"]) == (1, 2, True)
     assert m2["step/tokens_per_second"] == 200 and m2["step/is_warmup"] is False
     assert (m1["step/triton_compiles"], m1["step/triton_compile_s"], m2["step/triton_compiles"]) == (2, 0.66, 0)
+    assert m1["step/jit_cache_bytes"] == 4300000 and "step/jit_cache_bytes" not in m2
     assert math.isnan(m2["step/loss"]) and "step/peak_reserved_gib" not in m2 and "step/cuda_mallocs" not in m2
     assert "eval/loss" not in m1 and m2["eval/loss"] == 2.0 and m2["eval/perplexity"] == pytest.approx(math.exp(2.0))
     assert tracking.step_metrics(None) == [] and tracking.step_metrics(tmp_path / "missing.csv") == []

@@ -58,5 +58,5 @@ def test_the_per_step_columns_keep_their_order_in_steps_csv():
     assert STEP_COLUMNS == (
         "step", "step_time_s", "non_padding_tokens", "padded_tokens", "batch_shape", "new_shape", "model_flops", "loss",
         "eval_loss", "peak_allocated_bytes", "peak_reserved_bytes", "gc_time_s", "cuda_mallocs", "cuda_malloc_retries",
-        "triton_compiles", "triton_compile_s", "triton_kernels_compiled", "energy_j", "is_warmup",
+        "triton_compiles", "triton_compile_s", "triton_kernels_compiled", "jit_cache_bytes", "energy_j", "is_warmup",
     )  # fmt: skip

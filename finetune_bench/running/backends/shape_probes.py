@@ -2,10 +2,11 @@
 likeliest padded lengths the run has not fed, timed.
 
 On padded data a fine-tune meets each distinct batch length once as a new shape, and a new shape's price depends on
-the length: on an H200 most lengths cost a liger step 0.1-0.2 s beyond its steady time, a few 1.5-2 s (cuDNN's
-attention building its execution plan; docs/measurements.md). A short benchmark meets one or two of them, so it
-cannot price the few dozen a fine-tune meets; these probes can (`analysis.projection` prices each length probed at
-its own cost, the others at the probes' mean).
+the length: on an H200 most lengths cost a liger step 0.1-0.2 s beyond its steady time (cuDNN's attention building
+its execution plan for the length; docs/measurements.md). A short benchmark meets one or two of them, so it cannot
+price the few dozen a fine-tune meets; these probes can (`analysis.projection` prices each length probed at its own
+cost, the others at the probes' mean). A probe during which the CUDA JIT cache grew (`measuring.jit_cache`: the first
+run on a machine compiling kernels, once for the machine, not for the length) is kept apart: `SHAPE_PROBES_JIT`.
 
 The lengths are the padded lengths one epoch of the run's rows makes (`analysis.projection.length_frequencies`), most
 often met first, less those any rank has fed. Each probe is one optimizer step over a batch whose longest row sets that
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.steady_state import SHAPE_PROBES
+from finetune_bench.measuring.jit_cache import JitCacheGrowth, jit_cache_dir
+from finetune_bench.measuring.steady_state import SHAPE_PROBES, SHAPE_PROBES_JIT
 from finetune_bench.prediction.fine_tune import FineTune, batching_of, length_frequencies
 
 
@@ -62,12 +64,16 @@ def probe_new_shapes(
     step: Callable[[dict[str, torch.Tensor]], object],
     device: torch.device,
 ) -> dict[str, str]:
-    """The run's details the probes add (`time_new_shapes`): `SHAPE_PROBES`, JSON {length: seconds}. Nothing on a
+    """The run's details the probes add (`time_new_shapes`): `SHAPE_PROBES`, JSON {length: seconds}, and
+    `SHAPE_PROBES_JIT`, JSON {length: bytes} of the probes that grew the CUDA JIT cache (none: no key). Nothing on a
     CPU (its timings say nothing of a GPU's) or without probes to make."""
     if args.new_shape_probes == 0 or device.type == "cpu":
         return {}
-    seconds = time_new_shapes(args, data, row_lengths, fed_shapes, collate_rows, step, device)
-    return {SHAPE_PROBES: json.dumps(seconds, separators=(",", ":"))} if seconds else {}
+    seconds, compiled = time_new_shapes(args, data, row_lengths, fed_shapes, collate_rows, step, device)
+    details = {SHAPE_PROBES: json.dumps(seconds, separators=(",", ":"))} if seconds else {}
+    if compiled:
+        details[SHAPE_PROBES_JIT] = json.dumps(compiled, separators=(",", ":"))
+    return details
 
 
 def time_new_shapes(
@@ -78,11 +84,11 @@ def time_new_shapes(
     collate_rows: Callable[[list[dict]], dict[str, torch.Tensor]],
     step: Callable[[dict[str, torch.Tensor]], object],
     device: torch.device,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, int]]:
     """One step (`step` trains one optimizer step over the batch it is given) at each of the first
     `new_shape_probes` lengths of `ranked_lengths` that no rank has fed (`fed_shapes`: this rank's, "8x512") and that
     are no longer than the longest it has fed (a longer one could run out of memory where the run did not), timed:
-    {length: seconds}."""
+    {length: seconds}; and {length: bytes} of those during which the CUDA JIT cache grew (on a GPU)."""
     lengths = np.asarray(row_lengths, dtype=np.int64)
     batch = args.per_device_train_batch_size
     fed = {int(shape.split("x")[1]) for shape in fed_shapes if shape.startswith(f"{batch}x")}
@@ -91,6 +97,9 @@ def time_new_shapes(
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     rng = np.random.default_rng([args.seed, rank])
     seconds: dict[str, float] = {}
+    compiled: dict[str, int] = {}
+    jit_cache = JitCacheGrowth()
+    jit_cache.start(jit_cache_dir() if device.type == "cuda" else None)
     for length in [length for length in candidates if length not in fed][: args.new_shape_probes]:
         rows = collate_rows([data[i] for i in probe_batch(lengths, length, args, rng)])
         if device.type == "cuda":
@@ -100,4 +109,7 @@ def time_new_shapes(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds[str(length)] = time.perf_counter() - start
-    return seconds
+        grown = jit_cache.take()
+        if grown:
+            compiled[str(length)] = grown
+    return seconds, compiled
