@@ -40,6 +40,7 @@ import pandas as pd
 from finetune_bench.analysis.batch_shapes import REMEDY
 from finetune_bench.analysis.numbers import number_text
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
+from finetune_bench.measuring.jit_cache import COMPILING_BYTES
 from finetune_bench.measuring.steady_state import (
     MIN_STEADY_STEPS,
     OUTLIER_FACTOR,
@@ -95,11 +96,13 @@ def step_costs(
     """A run's step costs from its rows of the step table (`step`, `step_time_s`, `padded_tokens`, `new_shape`,
     `is_warmup`, `jit_cache_bytes`, ...) and its probes (seconds of a step at each length, `rows_per_probe` rows of
     it: the batch times the micro-batches of a step; `compiling_probes`: the lengths whose probe grew the CUDA JIT
-    cache). The mean new-shape cost is over the timed new-shape steps and the probes, those that grew the JIT cache
-    left out (all kept where every one did). Raises NotProjected when its steady state is not known."""
+    cache by `COMPILING_BYTES` or more). The mean new-shape cost is over the timed new-shape steps and the probes,
+    those that grew the JIT cache by that much left out (all kept where every one did; the same for the warm-up's
+    new-shape steps where they price it). Raises NotProjected when its steady state is not known."""
     warmup = steps["is_warmup"].astype(bool)
     jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
-    compiling = set(steps.loc[pd.to_numeric(jit, errors="coerce").fillna(0) > 0, "step"].astype(int))
+    compiled = pd.to_numeric(jit, errors="coerce").fillna(0) >= COMPILING_BYTES
+    compiling = set(steps.loc[compiled, "step"].astype(int))
     timed = [
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
@@ -138,6 +141,8 @@ def step_costs(
     excess = [cost for _, cost in samples]
     if not excess:  # the warm-up's new shapes after its first step (which pays for everything met first)
         rows = steps[warmup & steps["new_shape"].astype(bool) & (steps["step"] > steps["step"].min())]
+        if (~compiled[rows.index]).any():  # those that compiled nothing, where there are any
+            rows = rows[~compiled[rows.index]]
         excess = [max(r.step_time_s - line.expected(r.padded_tokens), 0.0) for r in rows.itertuples()]
     mean = sum(excess) / len(excess) if excess else None
     return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed, left_out)
@@ -208,7 +213,8 @@ def projection_table(results: list, steps: pd.DataFrame, fine_tune: FineTune) ->
             if mine.empty:
                 raise NotProjected("the run's steps are not known")
             probes = {int(k): float(v) for k, v in json.loads(result.details.get(SHAPE_PROBES) or "{}").items()}
-            compiling = {int(k) for k in json.loads(result.details.get(SHAPE_PROBES_JIT) or "{}")}
+            grown = json.loads(result.details.get(SHAPE_PROBES_JIT) or "{}").items()
+            compiling = {int(length) for length, size in grown if size >= COMPILING_BYTES}
             costs = step_costs(
                 mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps, compiling
             )

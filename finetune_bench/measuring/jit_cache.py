@@ -17,6 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# A step or probe during which the cache grew by at least this much compiled kernels (one of a first run's
+# compilations was about 0.85 MB; a cache the pods share can grow by a few bytes of another's bookkeeping).
+COMPILING_BYTES = 64 * 1024
+
 
 def jit_cache_dir(environ: dict[str, str] | None = None) -> Path | None:
     """The driver's JIT cache directory as the driver chooses it; None where caching is off."""
@@ -27,13 +31,14 @@ def jit_cache_dir(environ: dict[str, str] | None = None) -> Path | None:
 
 
 def tree_bytes(root: Path) -> int:
-    """The bytes of the files under `root` (0 where there is none yet; a file removed while counted counts 0)."""
+    """The bytes of the files under `root` (0 where there is none yet; a file removed or unreadable while counted
+    counts 0: the reading must never stop a run)."""
     total = 0
     for folder, _, files in os.walk(root):
         for name in files:
             try:
                 total += os.stat(os.path.join(folder, name)).st_size
-            except FileNotFoundError:
+            except OSError:
                 continue
     return total
 
@@ -65,4 +70,4 @@ def jit_cache_text(grown: int | None) -> str:
     """A step's JIT cache growth in words ("" for none): "the CUDA JIT cache grew 1.2 MB"."""
     if not grown:
         return ""
-    return f"the CUDA JIT cache grew {grown / 1e6:.2g} MB (kernels compiled for this GPU the first time here)"
+    return f"the CUDA JIT cache grew {grown / 1e6:.1f} MB (kernels compiled for this GPU the first time here)"

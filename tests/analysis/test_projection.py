@@ -118,11 +118,24 @@ def test_steps_and_probes_that_grew_the_jit_cache_price_no_length():
     assert costs.new_shape_step_s == pytest.approx((0.2 + 0.1) / 2) and costs.new_shape_samples == 2
     assert costs.probed == pytest.approx({1200: 0.1}) and costs.compiling_samples == 2  # 1300 priced at the mean
     # every sample compiled: nothing warm to price with, so they stand (and none is said left out)
-    every = step_costs(table.assign(jit_cache_bytes=[0] * 6 + [1, 1]), probes, compiling_probes={1200, 1300})
+    every = step_costs(table.assign(jit_cache_bytes=[0] * 6 + [900_000] * 2), probes, compiling_probes={1200, 1300})
     assert every.new_shape_samples == 4 and every.compiling_samples == 0
     assert every.new_shape_step_s == pytest.approx((0.2 + 2.0 + 0.1 + 1.7) / 4)
     # a step table from before the column: every step counts
     assert step_costs(_steps(rows)).new_shape_step_s == pytest.approx(1.1)
+    # growth below a compilation's size (another process's bookkeeping in a shared cache) leaves a step in
+    small = step_costs(table.assign(jit_cache_bytes=[0] * 7 + [4_000]))
+    assert small.new_shape_step_s == pytest.approx(1.1) and small.compiling_samples == 0
+
+
+def test_the_warm_up_prices_new_shapes_with_its_steps_that_compiled_nothing():
+    line = lambda p: 0.1 + 1e-5 * p  # noqa: E731
+    rows = [(1, 5.0, 1000, True, True), (2, line(1500) + 2.4, 1500, True, True)]
+    rows += [(3, line(2500) + 0.1, 2500, True, True)]
+    rows += [(i, line(p), p, False, False) for i, p in enumerate([1000, 2000, 3000, 1000, 2000, 3000], start=4)]
+    table = _steps(rows).assign(jit_cache_bytes=[900_000, 900_000] + [0] * 7)  # no timed step met a new shape
+    assert step_costs(table).new_shape_step_s == pytest.approx(0.1)  # step 2 compiled: step 3 prices them
+    assert step_costs(_steps(rows)).new_shape_step_s == pytest.approx((2.4 + 0.1) / 2)
 
 
 def test_a_run_whose_timed_steps_met_no_new_shape_cannot_price_new_shapes():

@@ -56,7 +56,7 @@ def test_the_recorder_files_each_step_s_growth_and_an_outlier_says_it(tmp_path):
     steps = pd.read_csv(tmp_path / "steps.csv", keep_default_na=False)
     assert list(steps["jit_cache_bytes"]) == [2_000_000, 0, 0, 0, 0, 2_000_000, 0, 0, 0, 0, 0, 0]
     recorder.summary()
-    assert any("step 6" in text and "CUDA JIT cache grew 2 MB" in text for text in recorder.outlier_descriptions)
+    assert any("step 6" in text and "CUDA JIT cache grew 2.0 MB" in text for text in recorder.outlier_descriptions)
 
 
 def test_an_outlier_step_says_what_the_driver_compiled_beside_triton():

@@ -5,6 +5,8 @@ states them."""
 import os
 import random
 import socket
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -155,15 +157,27 @@ def _rank(rank: int, port: int, queue) -> None:
     try:
         recorder = StepRecorder(torch.device("cpu"), warmup_steps=0)
         recorder.begin_training()
-        # rank 0 feeds one length throughout; rank 1 meets a new one at step 3, and compiles a Triton kernel at
-        # step 2 (its JIT's hooks called as Triton calls them)
+        jit_cache = Path(tempfile.mkdtemp()) if rank == 1 else None
+        recorder._jit_cache.start(jit_cache)  # rank 1 reads a JIT cache (as on a GPU), rank 0 none
+        # rank 0 feeds one length throughout; rank 1 meets a new one at step 3, compiles a Triton kernel at step 2
+        # (its JIT's hooks called as Triton calls them) and its JIT cache grows at step 4
         for step, length in enumerate([8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16], start=1):
             recorder.add_batch(None, torch.zeros(1, length, dtype=torch.long))
             if rank == 1 and step == 2:
                 compile_a_kernel("cross_entropy_kernel")
+            if rank == 1 and step == 4:
+                (jit_cache / "kernel").write_bytes(b"x" * 300)
             recorder.end_step()
         recorder.end_training()
-        queue.put((rank, [(s.new_shape, s.triton_compiles, s.triton_kernels_compiled) for s in recorder.steps]))
+        queue.put(
+            (
+                rank,
+                [
+                    (s.new_shape, s.triton_compiles, s.triton_kernels_compiled, s.jit_cache_bytes)
+                    for s in recorder.steps
+                ],
+            )
+        )
     finally:
         dist.destroy_process_group()
 
@@ -179,11 +193,13 @@ def test_a_new_shape_on_any_rank_makes_the_step_new_on_every_rank():
         process.join(timeout=120)
     assert [process.exitcode for process in processes] == [0, 0]
     steps = dict(queue.get(timeout=5) for _ in processes)
-    assert [new for new, _, _ in steps[0]] == [new for new, _, _ in steps[1]] == [True, False, True, False]
+    assert [new for new, *_ in steps[0]] == [new for new, *_ in steps[1]] == [True, False, True, False]
     # the compilation slowed both ranks' step 2: both count it; the kernel's name is the rank's that compiled it
-    assert [n for _, n, _ in steps[0]] == [n for _, n, _ in steps[1]] == [0, 1, 0, 0]
-    assert [k for _, _, k in steps[0]] == ["", "", "", ""]
-    assert [k for _, _, k in steps[1]] == ["", "cross_entropy_kernel", "", ""]
+    assert [n for _, n, _, _ in steps[0]] == [n for _, n, _, _ in steps[1]] == [0, 1, 0, 0]
+    assert [k for _, _, k, _ in steps[0]] == ["", "", "", ""]
+    assert [k for _, _, k, _ in steps[1]] == ["", "cross_entropy_kernel", "", ""]
+    # the JIT cache's growth is the most any rank saw: a rank without a cache takes the other's
+    assert [j for *_, j in steps[0]] == [j for *_, j in steps[1]] == [0, 0, 0, 300]
 
 
 def test_several_ranks_steady_rate_is_their_tokens_over_the_slowest_rank_s_steady_time():

@@ -16,7 +16,7 @@ from finetune_bench.reporting.html import arm_order, arm_palette, compact_table_
 
 # What the slow new-shape steps are, where it is known, and what makes them go away.
 NEW_SHAPE_CAUSE = (
-    "<p><b>Why a new shape can cost ten steps.</b> With SDPA attention on a GPU, PyTorch runs cuDNN's attention "
+    "<p><b>What a new shape costs.</b> With SDPA attention on a GPU, PyTorch runs cuDNN's attention "
     "kernel where it can (the profile's <code>attention_kernel</code>: <code>cudnn</code>), and cuDNN builds an "
     "execution plan for each new sequence length, on the host, in the forward and the backward pass: on an H200 a "
     "Llama-3.2-1B step 0.1-0.2 s more per length (profiled: the host time is in <code>aten::_cudnn_attention_forward"
@@ -26,7 +26,8 @@ NEW_SHAPE_CAUSE = (
     "sees it): the steps it can fall in are those marked <code>new_shape</code>. <b>The first run on a machine</b> "
     "pays more, once: seconds of warm-up, and 1.5-3 s a step at the first few lengths of some kinds, while the CUDA "
     "driver compiles kernels for the GPU and keeps them in its JIT cache on disk (<code>CUDA_CACHE_PATH</code>, else "
-    "<code>~/.nv/ComputeCache</code>); no later run on the machine pays them again. The per-step column "
+    "<code>~/.nv/ComputeCache</code>); no later run sharing that cache pays them again at those lengths. The per-step "
+    "column "
     "<code>jit_cache_bytes</code> counts them (the cache's growth in the step, named in an outlier step's "
     "description), and the projection prices no length with such a step or probe. <b>Remedies that work:</b> for the "
     "plans, <code>pad_to_multiple_of: 64</code> leaves a few lengths (about 5 % of the steady throughput spent on "

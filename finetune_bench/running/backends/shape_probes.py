@@ -97,7 +97,7 @@ def time_new_shapes(
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     rng = np.random.default_rng([args.seed, rank])
     seconds: dict[str, float] = {}
-    compiled: dict[str, int] = {}
+    grown: list[int] = []
     jit_cache = JitCacheGrowth()
     jit_cache.start(jit_cache_dir() if device.type == "cuda" else None)
     for length in [length for length in candidates if length not in fed][: args.new_shape_probes]:
@@ -109,7 +109,16 @@ def time_new_shapes(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds[str(length)] = time.perf_counter() - start
-        grown = jit_cache.take()
-        if grown:
-            compiled[str(length)] = grown
-    return seconds, compiled
+        grown.append(jit_cache.take() or 0)
+    grown = _most_of_any_rank(grown, device)
+    return seconds, {length: size for length, size in zip(seconds, grown, strict=True) if size}
+
+
+def _most_of_any_rank(values: list[int], device: torch.device) -> list[int]:
+    """Each of `values` (one per probe, the same probes on every rank) as the most any rank had: a rank that
+    compiled slowed every rank's probe, and on several machines each reads its own JIT cache."""
+    if not values or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return values
+    most = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+    return [int(value) for value in most.tolist()]
