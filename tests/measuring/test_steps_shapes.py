@@ -18,6 +18,7 @@ from finetune_bench.analysis.batch_shapes import compile_note, shape_dependence,
 from finetune_bench.measuring.steady_state import OUTLIER_FACTOR, TimedStep, fit_step_time, steady_state
 from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.results.record import RankSummary
+from finetune_bench.running.backends.shape_probes import _most_of_any_rank
 from finetune_bench.running.ranks import RankReport, combined_metrics
 from tests.measuring.test_triton_compiles import compile_a_kernel
 
@@ -169,15 +170,12 @@ def _rank(rank: int, port: int, queue) -> None:
                 (jit_cache / "kernel").write_bytes(b"x" * 300)
             recorder.end_step()
         recorder.end_training()
-        queue.put(
-            (
-                rank,
-                [
-                    (s.new_shape, s.triton_compiles, s.triton_kernels_compiled, s.jit_cache_bytes)
-                    for s in recorder.steps
-                ],
-            )
-        )
+        figures = [
+            (s.new_shape, s.triton_compiles, s.triton_kernels_compiled, s.jit_cache_bytes) for s in recorder.steps
+        ]
+        # three probes' JIT cache growth as each rank read it: each probe takes the most of any rank
+        probes = _most_of_any_rank([0, 300, 0] if rank == 1 else [5, 0, 0], torch.device("cpu"))
+        queue.put((rank, (figures, probes)))
     finally:
         dist.destroy_process_group()
 
@@ -192,7 +190,9 @@ def test_a_new_shape_on_any_rank_makes_the_step_new_on_every_rank():
     for process in processes:
         process.join(timeout=120)
     assert [process.exitcode for process in processes] == [0, 0]
-    steps = dict(queue.get(timeout=5) for _ in processes)
+    reports = dict(queue.get(timeout=5) for _ in processes)
+    steps = {rank: figures for rank, (figures, _) in reports.items()}
+    assert reports[0][1] == reports[1][1] == [5, 300, 0]
     assert [new for new, *_ in steps[0]] == [new for new, *_ in steps[1]] == [True, False, True, False]
     # the compilation slowed both ranks' step 2: both count it; the kernel's name is the rank's that compiled it
     assert [n for _, n, _, _ in steps[0]] == [n for _, n, _, _ in steps[1]] == [0, 1, 0, 0]
