@@ -101,8 +101,7 @@ def step_costs(
     new-shape steps where they price it). Raises NotProjected when its steady state is not known."""
     warmup = steps["is_warmup"].astype(bool)
     jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
-    compiled = pd.to_numeric(jit, errors="coerce").fillna(0) >= COMPILING_BYTES
-    compiling = set(steps.loc[compiled, "step"].astype(int))
+    compiling = set(steps.loc[pd.to_numeric(jit, errors="coerce").fillna(0) >= COMPILING_BYTES, "step"].astype(int))
     timed = [
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
@@ -132,20 +131,25 @@ def step_costs(
         (s.step in compiling, max(s.seconds - line.expected(s.padded_tokens), 0.0)) for s in timed if s.new_shape
     ]
     samples += [(length in compiling_probes, cost) for length, cost in probed.items()]
-    left_out = sum(compiled for compiled, _ in samples)
-    if left_out < len(samples):
+    excess, left_out = _compiling_left_out(samples)
+    if left_out:
         probed = {length: cost for length, cost in probed.items() if length not in compiling_probes}
-        samples = [sample for sample in samples if not sample[0]]
-    else:
-        left_out = 0
-    excess = [cost for _, cost in samples]
     if not excess:  # the warm-up's new shapes after its first step (which pays for everything met first)
         rows = steps[warmup & steps["new_shape"].astype(bool) & (steps["step"] > steps["step"].min())]
-        if (~compiled[rows.index]).any():  # those that compiled nothing, where there are any
-            rows = rows[~compiled[rows.index]]
-        excess = [max(r.step_time_s - line.expected(r.padded_tokens), 0.0) for r in rows.itertuples()]
+        excess, _ = _compiling_left_out(
+            [(r.step in compiling, max(r.step_time_s - line.expected(r.padded_tokens), 0.0)) for r in rows.itertuples()]
+        )
     mean = sum(excess) / len(excess) if excess else None
     return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed, left_out)
+
+
+def _compiling_left_out(samples: list[tuple[bool, float]]) -> tuple[list[float], int]:
+    """Of (whether the JIT cache grew in it, its cost) samples: the costs of those that compiled nothing, and how
+    many were left out; all of them (none left out) where every one compiled."""
+    kept = [cost for compiled, cost in samples if not compiled]
+    if not kept:
+        return [cost for _, cost in samples], 0
+    return kept, len(samples) - len(kept)
 
 
 def new_shapes_seconds(costs: StepCosts, plan: Schedule) -> float:
