@@ -8,6 +8,8 @@
 # usage: [SHORT_STEPS=20] [LONG_STEPS=305] [SHORT_RUNS=3] [LONG_RUNS=1] [NUM_GPUS=1] [PAD_TO=0] \
 #        scripts/gpu_projection.sh INPUTS OUTDIR
 #   NUM_GPUS > 1 trains each run on that many GPUs with DDP; PAD_TO > 0 sets pad_to_multiple_of.
+#   PIN="packing=true attention=sdpa" sets each named setting in training_args and stops sweeping it (the other
+#   axes, the arm's among them, stay swept): one configuration of a grid that sweeps the remedies.
 #   FRESH_JIT_CACHE=1 gives each part an empty CUDA JIT cache (CUDA_CACHE_PATH), as a fresh pod has: the long part
 #   then meets no kernel the short part's runs left compiled on the machine. Each part's cache size is printed.
 #   OUTDIR gets gpu.txt, check.txt, short.tgz and long.tgz: short/ and long/, each the workflow's outputs,
@@ -19,14 +21,19 @@ rc=0
 for part in short long; do
   steps=${part}_steps; runs=${part}_runs
   mkdir -p "$out/$part"
-  python3 - "$inputs" "$out/$part/inputs.yaml" "${!steps}" "${!runs}" "$gpus" "$long_steps" "$pad_to" <<'PY'
+  python3 - "$inputs" "$out/$part/inputs.yaml" "${!steps}" "${!runs}" "$gpus" "$long_steps" "$pad_to" "${PIN:-}" <<'PY'
 import sys, yaml
 source, target = sys.argv[1], sys.argv[2]
-steps, runs, gpus, long_steps, pad_to = (int(value) for value in sys.argv[3:])
+steps, runs, gpus, long_steps, pad_to = (int(value) for value in sys.argv[3:8])
 cfg = yaml.safe_load(open(source))
+for pin in sys.argv[8].split():
+    name, value = pin.split("=", 1)
+    cfg.get("experiment_args", {}).pop(name, None)
+    cfg["training_args"][name] = yaml.safe_load(value)
 cfg["training_args"]["max_steps"] = steps
 cfg["n_runs"] = runs
 cfg["fine_tune_steps"] = long_steps  # the short runs project the long run
+cfg.pop("fine_tune_epochs", None)
 if pad_to:
     cfg["training_args"]["pad_to_multiple_of"] = pad_to
 if gpus > 1:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from finetune_bench.analysis.batch_shapes import compile_note, shape_dependence, skewed_runs
+from finetune_bench.analysis.cold_runs import cold_note, counted, with_cold_runs
 from finetune_bench.analysis.memory_phases import hidden_savings, phase_peaks
 from finetune_bench.analysis.parity import (
     held_out_parity,
@@ -17,6 +18,7 @@ from finetune_bench.analysis.parity import (
 )
 from finetune_bench.analysis.projection import projection_table, projection_verdicts
 from finetune_bench.analysis.recommendation import largest_fitting_batch, recommendations
+from finetune_bench.analysis.remedies import ranking, remedy_lines
 from finetune_bench.analysis.scaling import scaling_table
 from finetune_bench.analysis.stacks import best_stack_per_budget, component_contributions, stacks_table
 from finetune_bench.analysis.stats import paired_comparison, with_paired_ratios
@@ -127,6 +129,13 @@ class GridAnalysis:
     # (`analysis.versions.versions_table`), and per arm the set to run, a sentence each; empty otherwise.
     versions: pd.DataFrame = field(default_factory=pd.DataFrame)
     version_verdicts: list[str] = field(default_factory=list)
+    # The cold runs (`analysis.cold_runs`: kernels compiled for the machine in their warm-up or timed steps), marked
+    # in `table`, and what was done with them, in a sentence ("" when none was cold).
+    cold_note: str = ""
+    # Every configuration ranked by the projected time of the whole fine-tune, and the lines that say which change
+    # buys most (`analysis.remedies`); empty where fewer than two configurations were projected.
+    remedies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    remedy_lines: list[str] = field(default_factory=list)
 
 
 def analyze_table(
@@ -148,20 +157,23 @@ def analyze_table(
     `gpu_hour_price` (0: none); the user's whole fine-tune as `fine_tune` plans it."""
     fine_tune = fine_tune or FineTune()
     environment = dict(environment or {})
-    table = with_timeline_remainder(with_cost(table, gpu_hour_price))
+    table = with_cold_runs(with_timeline_remainder(with_cost(table, gpu_hour_price)), steps)
+    # the runs in the answer: a cold run is left out where its condition has warm ones (it stays in `table`)
+    answer = counted(table)
     parity = parity if parity is not None else pd.DataFrame()
-    summary = condition_summary(table, swept)
-    paired = paired_comparison(table, swept, alpha)
+    summary = condition_summary(answer, swept)
+    paired = paired_comparison(answer, swept, alpha)
     comparison = with_paired_ratios(arms_vs_baseline(summary, swept), paired, swept)
     fitting = largest_fitting_batch(table, swept)
     capacity = float(environment["gpu_memory_bytes"]) / GIB if environment.get("gpu_memory_bytes") else None
     if environment.get("gpu_memory_cap_gib"):  # the GPU the runs emulated (`gpu_memory_cap_gib`)
         capacity = float(environment["gpu_memory_cap_gib"])
-    held_out = held_out_parity(table, swept)
-    stacks = stacks_table(paired, table, swept)
+    held_out = held_out_parity(answer, swept)
+    stacks = stacks_table(paired, answer, swept)
     peaks = phase_peaks(table, swept)
-    versions = versions_table(table, swept, alpha, steps) if sweeps_software(swept) else pd.DataFrame()
+    versions = versions_table(answer, swept, alpha, steps) if sweeps_software(swept) else pd.DataFrame()
     skewed = skewed_runs(table, paired, swept)
+    remedies = ranking(answer, swept, fine_tune)
     return GridAnalysis(
         table=table,
         swept=swept,
@@ -182,9 +194,9 @@ def analyze_table(
         memory_prediction=prediction_errors(table),
         phase_prediction=phase_prediction_errors(table),
         capacity_gib=capacity,
-        verdicts=verdicts(comparison, fitting, parity, table) if not comparison.empty else [],
+        verdicts=verdicts(comparison, fitting, parity, answer) if not comparison.empty else [],
         fine_tune=fine_tune,
-        fine_tune_verdicts=projection_verdicts(table, paired, swept, fine_tune, gpu_hour_price),
+        fine_tune_verdicts=projection_verdicts(answer, paired, swept, fine_tune, gpu_hour_price),
         parity_verdict=parity_summary(parity) if "arm" in swept and steps is not None else "",
         held_out_verdict=held_out_summary(held_out) if not held_out.empty else "",
         gpu_hour_price=gpu_hour_price,
@@ -200,6 +212,9 @@ def analyze_table(
         reuse_note=reuse_note(table),
         versions=versions,
         version_verdicts=versions_verdicts(versions, swept, alpha) if not versions.empty else [],
+        cold_note=cold_note(table),
+        remedies=remedies,
+        remedy_lines=remedy_lines(remedies, fine_tune),
     )
 
 

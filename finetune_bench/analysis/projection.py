@@ -7,15 +7,18 @@ What does not depend on it:
 
 - **the rows the loader batches**: every training row's length after tokenization, truncation and packing, recorded
   by the run as a histogram (`measuring.steady_state.ROW_LENGTHS`: the same rows whatever the arm);
-- **the step-time line**: the expected time of a step of P padded tokens (`measuring.steady_state.fit_step_time`,
-  from the timed steps that met no new shape, moved to their mean: a total is a sum), and the mean time a timed
-  new-shape step took beyond it.
+- **the step-time line**: the expected time of a step of P padded tokens (and, over steps of many lengths, of
+  attention's work, the rows × their length squared: `fit_across_lengths`), from the steps at a shape already met:
+  the timed steps that met no new shape and the new-shape probes' second steps (`running.backends.shape_probes`,
+  spread over the lengths the fine-tune meets, so that the line holds where every timed step met a new length),
+  moved to their mean (a total is a sum); and the mean time a new-shape step took beyond it.
 
 The fine-tune's batches, its steps and the lengths new at each are drawn as the trainer draws them
 (`prediction.fine_tune.schedule`). Then, per run:
 
     projected time = the benchmark's warm-up steps as measured
                    + intercept × the steps after them + slope × their padded tokens (rank 0's, as the line's are)
+                   (+ quadratic × their rows × padded length squared, where the line has that term)
                    + each of their new-shape steps at its length's cost: the run's probe of that length
                      (`running.backends.shape_probes`), else the mean of its probes and timed new-shape steps
 
@@ -31,10 +34,12 @@ machine's one-time compilations are no part of what each new length costs.
 No torch: numpy and the step table's plain numbers.
 """
 
+import dataclasses
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from finetune_bench.analysis.batch_shapes import REMEDY
@@ -47,6 +52,7 @@ from finetune_bench.measuring.steady_state import (
     ROW_LENGTHS,
     SHAPE_PROBES,
     SHAPE_PROBES_JIT,
+    SHAPE_PROBES_REPEAT,
     StepTimeModel,
     TimedStep,
     fit_step_time,
@@ -57,10 +63,13 @@ from finetune_bench.results.record import OK
 # Where new shapes make more than this share of a projected time and fewer than `SURE_NEW_SHAPE_SAMPLES` timed steps
 # priced them, the verdict says the figure rests on them.
 UNSURE_NEW_SHAPE_SHARE = 0.05
+# Steps of at least this many distinct sizes fit attention's term beside the line (`fit_across_lengths`).
+MIN_SIZES_FOR_QUADRATIC = 6
 SURE_NEW_SHAPE_SAMPLES = 10
 # The per-run figures the projection adds to the results table.
 PROJECTED_TIME = "projected_fine_tune_s"
 PROJECTED_THROUGHPUT = "projected_tokens_per_second"
+NEW_SHAPE_PRICE = "new_shape_price_s"
 # The backends whose batches are the rows' as recorded, padded per micro-batch (TRL builds its own rows; a
 # forward-only run trains nothing).
 PROJECTED_BACKENDS = ("plain_loop", "hf_trainer", "trl_sft")
@@ -87,58 +96,103 @@ class StepCosts:
         return self.probed.get(length, self.new_shape_step_s or 0.0)
 
 
+def shape_squared(batch_shape: str) -> float:
+    """A step's rows × their padded length squared, summed over its micro-batches ("4x512+4x480"; "" or a shape that
+    is not rows x length: 0): what attention's work grows with, beyond the padded tokens."""
+    total = 0.0
+    for part in str(batch_shape or "").split("+"):
+        rows, _, length = part.partition("x")
+        if rows.isdigit() and length.isdigit():
+            total += int(rows) * int(length) ** 2
+    return total
+
+
+def fit_across_lengths(samples: list[tuple[float, float, float]]) -> StepTimeModel | None:
+    """The expected step time from steps whose shape was known, (seconds, padded tokens, rows × length²) each: the
+    Theil–Sen line of `fit_step_time`, or, where they span `MIN_SIZES_FOR_QUADRATIC` lengths and know their shapes,
+    intercept + slope × padded tokens + quadratic × rows × length² by non-negative least squares (scipy's `nnls`)
+    over the samples within `OUTLIER_FACTOR` of the line (attention grows with the square of the length: over a
+    range of lengths from a hundred to a few thousand a line alone bends away at its ends). None: too few samples."""
+    line = fit_step_time([TimedStep(0, seconds, 0, int(padded), "", False) for seconds, padded, _ in samples])
+    if line is None or len({padded for _, padded, _ in samples}) < MIN_SIZES_FOR_QUADRATIC:
+        return line
+    kept = [(t, p, q) for t, p, q in samples if q > 0 and t <= OUTLIER_FACTOR * line.expected(p)]
+    if len({p for _, p, _ in kept}) < MIN_SIZES_FOR_QUADRATIC:
+        return line
+    from scipy.optimize import nnls
+
+    design = np.array([[1.0, p, q] for _, p, q in kept])
+    seconds = np.array([t for t, _, _ in kept])
+    scale = design.max(axis=0)  # the columns differ by ten orders of magnitude
+    (intercept, slope, quadratic), _ = nnls(design / scale, seconds)
+    intercept, slope, quadratic = intercept / scale[0], slope / scale[1], quadratic / scale[2]
+    if quadratic <= 0 or slope <= 0:
+        return line
+    return StepTimeModel(float(intercept), float(slope), "quadratic", float(quadratic))
+
+
 def step_costs(
     steps: pd.DataFrame,
     probes: dict[int, float] | None = None,
     rows_per_probe: int = 1,
     compiling_probes: Collection[int] = (),
+    repeats: dict[int, float] | None = None,
 ) -> StepCosts:
     """A run's step costs from its rows of the step table (`step`, `step_time_s`, `padded_tokens`, `new_shape`,
-    `is_warmup`, `jit_cache_bytes`, ...) and its probes (seconds of a step at each length, `rows_per_probe` rows of
-    it: the batch times the micro-batches of a step; `compiling_probes`: the lengths whose probe grew the CUDA JIT
-    cache by `COMPILING_BYTES` or more). The mean new-shape cost is over the timed new-shape steps and the probes,
-    those that grew the JIT cache by that much left out (all kept where every one did; the same for the warm-up's
-    new-shape steps where they price it). Raises NotProjected when its steady state is not known."""
+    `is_warmup`, `jit_cache_bytes`, `batch_shape`, ...) and its probes: the first step at each length (`probes`) and
+    the second (`repeats`), seconds each, of `rows_per_probe` rows (the batch times the micro-batches of a step);
+    `compiling_probes`: the lengths whose probe grew the CUDA JIT cache by `COMPILING_BYTES` or more. The step-time
+    line is fitted over the timed steps that met no new shape and the probes' second steps (`fit_across_lengths`),
+    those that compiled left out; the mean new-shape cost is over the timed new-shape steps and the probes' first
+    steps, those that grew the JIT cache by that much left out (all kept where every one did; the same for the
+    warm-up's new-shape steps where they price it). Raises NotProjected when no step-time line can be fitted."""
     warmup = steps["is_warmup"].astype(bool)
     jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
     compiling = set(steps.loc[pd.to_numeric(jit, errors="coerce").fillna(0) >= COMPILING_BYTES, "step"].astype(int))
+    shapes = steps["batch_shape"] if "batch_shape" in steps else pd.Series("", index=steps.index)
+    squared = {int(step): shape_squared(shape) for step, shape in zip(steps["step"], shapes, strict=True)}
     timed = [
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
     ]
-    steady = [s for s in timed if not s.new_shape and s.padded_tokens > 0]
-    line = fit_step_time(steady)
+    steady = [(s.seconds, s.padded_tokens, squared[s.step]) for s in timed if not s.new_shape and s.padded_tokens > 0]
+    steady += [
+        (seconds, length * rows_per_probe, rows_per_probe * length**2)
+        for length, seconds in (repeats or {}).items()
+        if length not in compiling_probes
+    ]
+    line = fit_across_lengths(steady)
     if line is None:
         raise NotProjected(
-            f"fewer than {MIN_STEADY_STEPS} timed steps met no new batch shape: no step-time line (run more steps, or "
-            "make shapes repeat)"
+            f"fewer than {MIN_STEADY_STEPS} steps at a batch shape already met (timed steps, or the new-shape probes' "
+            "second steps): no step-time line (run more steps, set new_shape_probes, or make shapes repeat)"
         )
     # A total is a sum: the line moved to the steady steps' mean (the median-based fit sits below a right tail of
     # slightly slower steps), the outliers left out (a rare pause is no part of every step).
-    residuals = [s.seconds - line.expected(s.padded_tokens) for s in steady]
-    usual = [
-        r
-        for s, r in zip(steady, residuals, strict=True)
-        if s.seconds <= OUTLIER_FACTOR * line.expected(s.padded_tokens)
-    ]
+    usual = [t - line.expected(p, q) for t, p, q in steady if t <= OUTLIER_FACTOR * line.expected(p, q)]
     if usual:
-        line = StepTimeModel(line.intercept + sum(usual) / len(usual), line.slope, line.kind)
+        line = dataclasses.replace(line, intercept=line.intercept + sum(usual) / len(usual))
+
+    def beyond(seconds: float, padded: float, square: float) -> float:
+        return max(seconds - line.expected(padded, square), 0.0)
+
     probed = {
-        length: max(seconds - line.expected(length * rows_per_probe), 0.0) for length, seconds in (probes or {}).items()
+        length: beyond(seconds, length * rows_per_probe, rows_per_probe * length**2)
+        for length, seconds in (probes or {}).items()
     }
     # (whether the JIT cache grew in it, what it cost beyond the line) of each timed new-shape step and probe
-    samples = [
-        (s.step in compiling, max(s.seconds - line.expected(s.padded_tokens), 0.0)) for s in timed if s.new_shape
-    ]
+    samples = [(s.step in compiling, beyond(s.seconds, s.padded_tokens, squared[s.step])) for s in timed if s.new_shape]
     samples += [(length in compiling_probes, cost) for length, cost in probed.items()]
     excess, left_out = _compiling_left_out(samples)
     if left_out:
         probed = {length: cost for length, cost in probed.items() if length not in compiling_probes}
     if not excess:  # the warm-up's new shapes after its first step (which pays for everything met first)
         rows = steps[warmup & steps["new_shape"].astype(bool) & (steps["step"] > steps["step"].min())]
-        excess, _ = _compiling_left_out(
-            [(r.step in compiling, max(r.step_time_s - line.expected(r.padded_tokens), 0.0)) for r in rows.itertuples()]
-        )
+        warmup_samples = [
+            (r.step in compiling, beyond(r.step_time_s, r.padded_tokens, squared[int(r.step)]))
+            for r in rows.itertuples()
+        ]
+        excess, _ = _compiling_left_out(warmup_samples)
     mean = sum(excess) / len(excess) if excess else None
     return StepCosts(line, mean, float(steps.loc[warmup, "step_time_s"].sum()), len(excess), probed, left_out)
 
@@ -172,7 +226,11 @@ def projected_seconds(costs: StepCosts, plan: Schedule) -> float:
                 "its first met one: their cost is not known (run more steps)"
             )
         new_shapes = new_shapes_seconds(costs, plan)
-    line = costs.line.intercept * plan.projected_steps + costs.line.slope * plan.padded_tokens
+    line = (
+        costs.line.intercept * plan.projected_steps
+        + costs.line.slope * plan.padded_tokens
+        + costs.line.quadratic * plan.padded_squared
+    )
     return costs.warmup_s + line + new_shapes
 
 
@@ -184,6 +242,8 @@ PROJECTION_COLUMNS = [
     # the share of the projected time that the new shapes' cost makes, and how many timed steps priced it
     "new_shape_share",
     "new_shape_samples",
+    # what a step meeting a new length costs beyond the line (the mean over the run's new-shape steps and probes)
+    NEW_SHAPE_PRICE,
     PROJECTED_TIME,
     PROJECTED_THROUGHPUT,
     "projection_note",
@@ -216,16 +276,20 @@ def projection_table(results: list, steps: pd.DataFrame, fine_tune: FineTune) ->
             mine = steps[(steps["condition_id"] == result.condition_id) & (steps["run_number"] == result.run_number)]
             if mine.empty:
                 raise NotProjected("the run's steps are not known")
-            probes = {int(k): float(v) for k, v in json.loads(result.details.get(SHAPE_PROBES) or "{}").items()}
+            probes, repeats = (
+                {int(k): float(v) for k, v in json.loads(result.details.get(key) or "{}").items()}
+                for key in (SHAPE_PROBES, SHAPE_PROBES_REPEAT)
+            )
             grown = json.loads(result.details.get(SHAPE_PROBES_JIT) or "{}").items()
             compiling = {int(length) for length, size in grown if size >= COMPILING_BYTES}
             costs = step_costs(
-                mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps, compiling
+                mine, probes, args.per_device_train_batch_size * args.gradient_accumulation_steps, compiling, repeats
             )
             seconds = projected_seconds(costs, plan)
             row.update(
                 new_shape_share=new_shapes_seconds(costs, plan) / seconds,
                 new_shape_samples=costs.new_shape_samples,
+                **{NEW_SHAPE_PRICE: costs.new_shape_step_s},
                 fine_tune_steps=plan.steps,
                 fine_tune_batch_shapes=plan.batch_shapes,
                 fine_tune_new_shape_steps=plan.new_shape_steps,

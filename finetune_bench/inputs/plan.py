@@ -115,6 +115,18 @@ def condition_id(axis_values: dict[str, object]) -> str:
     return ",".join(f"{name}={value if value != '' else repr('')}" for name, value in axis_values.items()) or "baseline"
 
 
+def without_padding_when_packed(grid: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The grid's points with a swept padding multiple at 0 where the point packs (packed rows have no padding), each
+    point once: `packing` × `pad_to_multiple_of` runs packing once, not once per multiple."""
+    points = []
+    for point in grid:
+        if point.get("packing") and point.get("pad_to_multiple_of"):
+            point = {**point, "pad_to_multiple_of": 0}
+        if point not in points:
+            points.append(point)
+    return points
+
+
 def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_runs: int) -> list[PlannedRun]:
     """Validate the inputs and list every run.
 
@@ -130,7 +142,9 @@ def plan_runs(experiment_args: ExperimentArgs, training_args: TrainingArgs, n_ru
     if not settings_valid or condition_count(experiment_args) > MAX_RUNS:
         problems.raise_if_any()  # a grid of invalid settings, or too large a grid, is not expanded
     axes = swept_axes(experiment_args)
-    grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    grid = without_padding_when_packed(
+        [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    )
     refusals, unrunnable = {}, {}
     for index, point in enumerate(grid):
         try:

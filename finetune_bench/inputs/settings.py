@@ -463,6 +463,11 @@ class ExperimentArgs(StrictFromJson):
     # Each a whole set of overrides ("num_hidden_layers=8", "num_hidden_layers=16"); "" is the model as it is.
     model_config_overrides: list[str] = field(default_factory=list)
     attention: list[str] = field(default_factory=list)
+    # The remedies for padded data, swept like any setting: the report ranks every configuration by the projected
+    # time of your whole fine-tune. A point with packing true and a padding multiple runs as packing alone
+    # (pad_to_multiple_of 0: packed rows have no padding), once.
+    packing: list[bool] = field(default_factory=list)
+    pad_to_multiple_of: list[int] = field(default_factory=list)
     allocator: list[str] = field(default_factory=list)
     # Each a set of package pins ("liger-kernel==0.8.2"); "" is the installed packages.
     software_set: list[str] = field(default_factory=list)

@@ -470,6 +470,15 @@ def _check_cut_cross_entropy(training_args: TrainingArgs, arm: Arm, where: str) 
         )
 
 
+def _surely_padded(t: TrainingArgs) -> bool:
+    """Whether batches of `t` will hold padding, as far as planning can know: several rows a batch, not packed, of
+    generated examples that need not fill max_seq_length (a word is at least one token: examples of at least
+    max_seq_length words always do). Another dataset's lengths are known once it is tokenized."""
+    generated = t.dataset_name.startswith(SYNTHETIC_PREFIX)
+    padded = not t.packing and t.per_device_train_batch_size > 1
+    return generated and padded and t.synthetic_min_words < t.max_seq_length
+
+
 def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> None:
     """What the settings alone rule out of an attention kernel (a CUDA-only kernel on device 'cpu'; on a GPU a
     dtype, or the packing mask, the kernel does not take) and of the CUDA allocator on a CPU. What only the GPU
@@ -494,6 +503,14 @@ def _check_attention_and_allocator(training_args: TrainingArgs, where: str) -> N
             f"training_args.attention 'flash' with packing{where}: packed rows reach SDPA with a block-diagonal "
             "attention mask, and PyTorch's FLASH_ATTENTION kernel takes no mask on a GPU; use packing false, or "
             "attention 'sdpa' or 'efficient'"
+        )
+    if attention.name == "flash" and not on_cpu and _surely_padded(t):
+        raise SpecError(
+            f"training_args.attention 'flash' with padded batches of {t.per_device_train_batch_size} rows of "
+            f"generated examples of {t.synthetic_min_words}-{t.synthetic_max_words} words{where}: a row shorter than "
+            f"its batch's longest ({t.max_seq_length} tokens at most) is masked, and PyTorch's FLASH_ATTENTION "
+            "kernel takes no mask on a GPU (the run would fail at its first step); use packing true (no padding), "
+            "per_device_train_batch_size 1, or attention 'sdpa' or 'efficient'"
         )
     if t.allocator != "default" and on_cpu:
         raise SpecError(

@@ -37,6 +37,9 @@ OUTLIERS_DESCRIBED = 5
 ROW_LENGTHS = "row_lengths"
 # The key of a run's details holding its new-shape probes (JSON {length: seconds}; `running.backends.shape_probes`).
 SHAPE_PROBES = "shape_probes"
+# The key of a run's details holding the second step of each probe (JSON {length: seconds}): a step whose shape is
+# known, a point of the step-time line over the range of lengths probed.
+SHAPE_PROBES_REPEAT = "shape_probes_repeat"
 # The key of a run's details naming the probes during which the CUDA JIT cache grew (JSON {length: bytes};
 # `measuring.jit_cache`): one-time compilations of the machine, not the length's price.
 SHAPE_PROBES_JIT = "shape_probes_jit_bytes"
@@ -64,14 +67,18 @@ class TimedStep:
 
 @dataclass(frozen=True)
 class StepTimeModel:
-    """Expected seconds of a step of `padded_tokens`: intercept + slope × padded_tokens."""
+    """Expected seconds of a step of `padded_tokens`: intercept + slope × padded_tokens (+ quadratic × the step's
+    rows × their padded length squared, where the projection fits attention's growth with the length)."""
 
     intercept: float
     slope: float
-    kind: str  # "line" (Theil–Sen over the steady steps) or "proportional" (median seconds per padded token)
+    # "line" (Theil–Sen over the steady steps), "proportional" (median seconds per padded token) or "quadratic"
+    # (`analysis.projection`: least squares with attention's term, over steps of many lengths)
+    kind: str
+    quadratic: float = 0.0
 
-    def expected(self, padded_tokens: int) -> float:
-        return self.intercept + self.slope * padded_tokens
+    def expected(self, padded_tokens: float, squared: float = 0.0) -> float:
+        return self.intercept + self.slope * padded_tokens + self.quadratic * squared
 
 
 def fit_step_time(steady: Sequence[TimedStep]) -> StepTimeModel | None:

@@ -72,6 +72,8 @@ class Schedule:
     # The new-shape steps after the warm-up by the lengths new in them (several: ranks that met one each), and how
     # many there are of each (averaged over the draws).
     new_lengths: dict[tuple[int, ...], float] = field(default_factory=dict)
+    # The steps after the warm-up: rank 0's rows × their padded length squared, summed (attention's work grows with it).
+    padded_squared: float = 0.0
 
 
 # More epochs or steps than any fine-tune trains: a slip (a token count written for steps).
@@ -140,7 +142,7 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
     accumulation, warmup = batching.accumulation, min(batching.warmup_steps, steps)
     micro_batches = steps * accumulation
     epochs = -(-micro_batches // micro_per_epoch)
-    padded = new = tokens = shapes = 0.0
+    padded = squared = new = tokens = shapes = 0.0
     new_lengths: Counter = Counter()
     for draw in range(DRAWS):
         rng = np.random.default_rng([seed, draw])
@@ -148,6 +150,8 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
         rows = 1 if batching.padding_free else batching.batch_size
         step_padded = longest[0].reshape(steps, accumulation).sum(axis=1) * rows
         padded += float(step_padded[warmup:].sum())
+        step_squared = (longest[0].astype(np.float64) ** 2).reshape(steps, accumulation).sum(axis=1) * rows
+        squared += float(step_squared[warmup:].sum())
         tokens += float(rows_tokens.sum())
         new_at: dict[int, set[int]] = {}  # step → the lengths some rank meets first there
         for rank_lengths in longest:  # the micro-batch where each length first appears on the rank
@@ -167,6 +171,7 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
         tokens=tokens / DRAWS,
         batch_shapes=shapes / DRAWS,
         new_lengths={lengths: count / DRAWS for lengths, count in new_lengths.items()},
+        padded_squared=squared / DRAWS,
     )
 
 

@@ -254,12 +254,12 @@ def test_the_schedule_names_the_lengths_new_in_each_step():
     assert frequencies == {length: 2.0 for length in range(1, 65)}  # every row twice, each its own length
 
 
-def test_the_probes_time_the_likeliest_lengths_the_run_has_not_fed():
+def test_the_probes_step_twice_at_lengths_spread_over_those_the_run_has_not_fed():
     import datasets
     import torch
 
     from finetune_bench.running.backends.data import collate
-    from finetune_bench.running.backends.shape_probes import ranked_lengths, time_new_shapes
+    from finetune_bench.running.backends.shape_probes import time_new_shapes
 
     row_lengths = [4] * 10 + [6] * 10 + [8] * 10 + [10] * 2 + [12] * 2
     data = datasets.Dataset.from_dict(
@@ -269,14 +269,29 @@ def test_the_probes_time_the_likeliest_lengths_the_run_has_not_fed():
     fed_lengths = []
 
     def step(rows):
-        fed_lengths.append(rows["input_ids"].shape)
+        fed_lengths.append(tuple(rows["input_ids"].shape))
 
-    seconds, compiled = time_new_shapes(
+    probes = time_new_shapes(
         args, data, row_lengths, {"2x10", "2x6"}, lambda rows: collate(rows, 0), step, torch.device("cpu")
     )
-    assert compiled == {}  # a CPU has no JIT cache to read
-    ranked = ranked_lengths(np.array(row_lengths), args)
-    expected = [length for length in ranked if length not in (10, 6) and length <= 10][:2]
-    assert [int(length) for length in seconds] == expected and 12 not in expected  # never past the longest fed
-    assert [tuple(shape) for shape in fed_lengths] == [(2, length) for length in expected]
-    assert all(value >= 0 for value in seconds.values())
+    assert probes.compiled == {}  # a CPU has no JIT cache to read
+    # 4 and 8 are the lengths neither fed (6, 10) nor past the longest fed (12)
+    assert list(probes.first) == list(probes.repeat) == ["4", "8"]
+    assert fed_lengths == [(2, 4), (2, 4), (2, 8), (2, 8)]  # each length twice: new, then known
+    assert all(value >= 0 for value in [*probes.first.values(), *probes.repeat.values()])
+
+
+def test_probe_lengths_spread_over_the_lengths_a_fine_tune_meets():
+    from finetune_bench.running.backends.shape_probes import spread_lengths
+
+    lengths = np.arange(100, 2100)  # 2,000 rows, every length once; batches of 4 meet mostly long lengths
+    args = TrainingArgs(backend="plain_loop", per_device_train_batch_size=4)
+    allowed = range(100, 2100)
+    chosen = spread_lengths(lengths, args, allowed, 8)
+    assert len(chosen) == 8 and chosen == sorted(chosen)
+    # from the short end of what batches meet to the long end, not the eight likeliest (all near the longest)
+    frequencies = length_frequencies(lengths, Batching(batch_size=4), FineTune(epochs=1))
+    met = sorted(frequencies)
+    assert chosen[0] < np.quantile(met, 0.5) and chosen[-1] > 1900
+    few = spread_lengths(lengths, args, [1500, 2000, 5000], 8)  # fewer allowed than asked for: those met, all
+    assert few == [1500, 2000]

@@ -42,7 +42,8 @@ def headline(a: GridAnalysis) -> list[str]:
         first += f", {reused} of them reused from the results store"
     if ran_on_cpu(table):
         first += " (on a CPU: the timings say nothing about Liger's speed)"
-    return [first, *a.fine_tune_verdicts, *a.verdicts, *a.version_verdicts]
+    cold = [a.cold_note] if a.cold_note else []
+    return [first, *a.remedy_lines, *a.fine_tune_verdicts, *cold, *a.verdicts, *a.version_verdicts]
 
 
 # The Recommendation's columns of GPU memory: a CPU run has none.
@@ -89,6 +90,8 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
         )
     if a.reuse_note:
         overview.append(f'<div class="warning"><b>Reused runs.</b> {html.escape(a.reuse_note)}</div>')
+    if a.cold_note:
+        overview.append(f'<div class="warning"><b>Cold runs.</b> {html.escape(a.cold_note)}</div>')
     for note in notes:
         overview.append(f'<div class="warning"><b>Note.</b> {html.escape(note)}</div>')
     counts = table["status"].value_counts()
