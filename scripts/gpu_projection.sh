@@ -21,7 +21,7 @@ rc=0
 for part in short long; do
   steps=${part}_steps; runs=${part}_runs
   mkdir -p "$out/$part"
-  python3 - "$inputs" "$out/$part/inputs.yaml" "${!steps}" "${!runs}" "$gpus" "$long_steps" "$pad_to" "${PIN:-}" <<'PY'
+  python3 - "$inputs" "$out/$part/inputs.yaml" "${!steps}" "${!runs}" "$gpus" "$long_steps" "$pad_to" "${PIN:-} $([ $part = long ] && echo "${LONG_PIN:-}")" <<'PY'
 import sys, yaml
 source, target = sys.argv[1], sys.argv[2]
 steps, runs, gpus, long_steps, pad_to = (int(value) for value in sys.argv[3:8])

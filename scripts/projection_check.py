@@ -16,21 +16,36 @@ from pathlib import Path
 
 import pandas as pd
 
-KEYS = ["condition_id"]
+# The settings a configuration is told by, in both tables: the long run may train one configuration of the short
+# grid, whose condition ids then differ (the settings do not).
+KEYS = ["arm", "packing", "pad_to_multiple_of", "attention", "per_device_train_batch_size"]
+
+
+def _counted(results: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs in the answer (`counted`: a cold run is left out where its condition has warm ones)."""
+    kept = results["status"] == "ok"
+    if "counted" in results:
+        kept &= results["counted"].astype(str).str.lower() == "true"
+    return results[kept]
 
 
 def compare(short: Path, long: Path) -> pd.DataFrame:
-    """Per condition: the short runs' median projection and the long runs' median measured time of all steps."""
-    projected = pd.read_csv(short / "results.csv")
-    kept = projected["status"] == "ok"
-    if "counted" in projected:  # the runs in the answer: a cold run is left out where its condition has warm ones
-        kept &= projected["counted"].astype(str).str.lower() == "true"
-    projected = projected[kept].groupby(KEYS)["projected_fine_tune_s"].median()
+    """Per configuration: the short runs' median projection and the long runs' median measured time of all steps."""
+    projected = _counted(pd.read_csv(short / "results.csv"))
     steps = pd.read_csv(long / "steps.csv")
-    measured = steps.groupby([*KEYS, "run_number"])["step_time_s"].sum().groupby(KEYS).median()
+    both = [key for key in KEYS if key in projected and key in steps]
+    keys = [key for key in both if key == "arm" or projected[key].nunique() > 1] or ["condition_id"]
+    projected = projected.groupby(keys)["projected_fine_tune_s"].median()
+    measured = steps.groupby([*keys, "run_number"])["step_time_s"].sum().groupby(keys).median()
     out = pd.DataFrame({"projected_s": projected, "measured_s": measured}).dropna()
     out["error"] = out["projected_s"] / out["measured_s"] - 1
     return out
+
+
+def _label(table: pd.DataFrame, index: tuple) -> str:
+    names = table.index.names
+    values = index if isinstance(index, tuple) else (index,)
+    return ",".join(f"{name}={value}" for name, value in zip(names, values, strict=True))
 
 
 def main(short: str, long: str) -> int:
@@ -38,23 +53,26 @@ def main(short: str, long: str) -> int:
     if table.empty:
         print("nothing compared: no condition has both a projection (short runs) and a measured time (long runs)")
         return 1
-    print("| condition | projected (s) | measured (s) | error |")
+    print("| configuration | projected (s) | measured (s) | error |")
     print("|---|---|---|---|")
-    for condition, row in table.iterrows():
-        print(f"| {condition} | {row.projected_s:.1f} | {row.measured_s:.1f} | {row.error:+.1%} |")
-    arms = {c.split("arm=")[1].split(",")[0]: c for c in table.index if "arm=" in c}
-    if "baseline" in arms:
-        base = table.loc[arms["baseline"]]
-        for arm, condition in arms.items():
-            if arm == "baseline":
+    for index, row in table.iterrows():
+        print(f"| {_label(table, index)} | {row.projected_s:.1f} | {row.measured_s:.1f} | {row.error:+.1%} |")
+    if "arm" in table.index.names:
+        flat = table.reset_index()
+        others = [name for name in table.index.names if name != "arm"]
+        for point, group in flat.groupby(others, dropna=False) if others else [((), flat)]:
+            arms = group.set_index("arm")
+            if "baseline" not in arms.index:
                 continue
-            mine = table.loc[condition]
-            projected = base.projected_s / mine.projected_s
-            measured = base.measured_s / mine.measured_s
-            print(
-                f"\n{arm} / baseline throughput: projected ×{projected:.3f}, measured ×{measured:.3f} "
-                f"(error {projected / measured - 1:+.1%})"
-            )
+            base = arms.loc["baseline"]
+            where = _label(table.droplevel("arm") if others else table, point) if others else ""
+            for arm, mine in arms.drop(index="baseline").iterrows():
+                projected = base.projected_s / mine.projected_s
+                measured = base.measured_s / mine.measured_s
+                print(
+                    f"\n{arm} / baseline throughput{' at ' + where if where else ''}: projected ×{projected:.3f}, "
+                    f"measured ×{measured:.3f} (error {projected / measured - 1:+.1%})"
+                )
     return 0
 
 

@@ -63,6 +63,8 @@ from finetune_bench.results.record import OK
 # Where new shapes make more than this share of a projected time and fewer than `SURE_NEW_SHAPE_SAMPLES` timed steps
 # priced them, the verdict says the figure rests on them.
 UNSURE_NEW_SHAPE_SHARE = 0.05
+# From this many probes that compiled nothing, the probes alone price new lengths (`step_costs`).
+SURE_PROBES = 8
 # Steps of at least this many distinct sizes fit attention's term beside the line (`fit_across_lengths`).
 MIN_SIZES_FOR_QUADRATIC = 6
 SURE_NEW_SHAPE_SAMPLES = 10
@@ -143,8 +145,9 @@ def step_costs(
     the second (`repeats`), seconds each, of `rows_per_probe` rows (the batch times the micro-batches of a step);
     `compiling_probes`: the lengths whose probe grew the CUDA JIT cache by `COMPILING_BYTES` or more. The step-time
     line is fitted over the timed steps that met no new shape and the probes' second steps (`fit_across_lengths`),
-    those that compiled left out; the mean new-shape cost is over the timed new-shape steps and the probes' first
-    steps, those that grew the JIT cache by that much left out (all kept where every one did; the same for the
+    those that compiled left out; the mean new-shape cost is over the probes' first steps (and the timed new-shape
+    steps where fewer than `SURE_PROBES` probes compiled nothing), those that grew the JIT cache by that much left
+    out (all kept where every one did; the same for the
     warm-up's new-shape steps where they price it). Raises NotProjected when no step-time line can be fitted."""
     warmup = steps["is_warmup"].astype(bool)
     jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
@@ -180,9 +183,15 @@ def step_costs(
         length: beyond(seconds, length * rows_per_probe, rows_per_probe * length**2)
         for length, seconds in (probes or {}).items()
     }
-    # (whether the JIT cache grew in it, what it cost beyond the line) of each timed new-shape step and probe
-    samples = [(s.step in compiling, beyond(s.seconds, s.padded_tokens, squared[s.step])) for s in timed if s.new_shape]
-    samples += [(length in compiling_probes, cost) for length, cost in probed.items()]
+    # (whether the JIT cache grew in it, what it cost beyond the line) of each probe; of each timed new-shape step
+    # too where fewer than `SURE_PROBES` probes compiled nothing: a run's first steps pay for the allocator's growth
+    # besides the new length (on an H200 a new-length step of a run's first 20 cost 0.13-0.16 s beyond the line, one of
+    # its probes made after them 0.07-0.12 s, of a 300-step fine-tune 0.10 s on average: docs/measurements.md)
+    samples = [(length in compiling_probes, cost) for length, cost in probed.items()]
+    if sum(not compiled for compiled, _ in samples) < SURE_PROBES:
+        samples += [
+            (s.step in compiling, beyond(s.seconds, s.padded_tokens, squared[s.step])) for s in timed if s.new_shape
+        ]
     excess, left_out = _compiling_left_out(samples)
     if left_out:
         probed = {length: cost for length, cost in probed.items() if length not in compiling_probes}

@@ -237,8 +237,11 @@ def test_the_projection_check_fails_when_it_compares_nothing(tmp_path):
     done = subprocess.run(check, capture_output=True, text=True)
     assert done.returncode == 1 and "nothing compared" in done.stdout
     pd.DataFrame(
-        {"condition_id": ["arm=liger"] * 2, "status": ["ok"] * 2, "counted": [True, False],
-         "projected_fine_tune_s": [1.02, 9.0]}
+        {"condition_id": ["arm=liger,packing=True"] * 2, "arm": ["liger"] * 2, "packing": [True] * 2,
+         "status": ["ok"] * 2, "counted": [True, False], "projected_fine_tune_s": [1.02, 9.0]}
     ).to_csv(tmp_path / "short" / "results.csv", index=False)  # fmt: skip
+    # the long run trained that configuration alone: another condition id, the same settings
+    pd.DataFrame({"condition_id": ["arm=liger"], "arm": ["liger"], "packing": [True], "run_number": [0],
+                  "step_time_s": [1.0]}).to_csv(tmp_path / "long" / "steps.csv", index=False)  # fmt: skip
     done = subprocess.run(check, capture_output=True, text=True)
     assert done.returncode == 0 and "| arm=liger | 1.0 | 1.0 | +2.0% |" in done.stdout  # the cold 9.0 left out

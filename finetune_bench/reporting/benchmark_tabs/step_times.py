@@ -9,6 +9,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from finetune_bench.analysis.cold_runs import counted  # noqa: E402
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
@@ -21,8 +22,10 @@ NEW_SHAPE_CAUSE = (
     "execution plan for each new sequence length, on the host, in the forward and the backward pass: on an H200 a "
     "Llama-3.2-1B step 0.1-0.2 s more per length (profiled: the host time is in <code>aten::_cudnn_attention_forward"
     "</code> and <code>_backward</code>; <code>scripts/new_shape_profile.py</code>). "
-    "The <code>shape_probes</code> after the timed steps time up to <code>new_shape_probes</code> of the lengths a "
-    "fine-tune meets, and the Summary's projection prices each. A plan build is not counted per step (only a profiler "
+    "The <code>shape_probes</code> after the timed steps step twice at each of up to <code>new_shape_probes</code> of "
+    "the lengths a fine-tune meets, spread over their range: the first step prices the new length, the second is a "
+    "step at a known shape, so the Summary's projection has its step-time line even where every timed step met a new "
+    "length. A plan build is not counted per step (only a profiler "
     "sees it): the steps it can fall in are those marked <code>new_shape</code>. <b>The first run on a machine</b> "
     "pays more, once: seconds of warm-up, and 1.5-3 s a step at the first few lengths of some kinds, while the CUDA "
     "driver compiles kernels for the GPU and keeps them in its JIT cache on disk (<code>CUDA_CACHE_PATH</code>, else "
@@ -78,6 +81,19 @@ def step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None
     return fig
 
 
+def new_length_prices(a: GridAnalysis) -> pd.DataFrame:
+    """Per condition whose runs were projected: the median price of a step at a new length (beyond the step-time
+    line), how many such steps the fine-tune meets, and the share of its projected time they make."""
+    columns = ["new_shape_price_s", "fine_tune_new_shape_steps", "new_shape_share"]
+    if any(column not in a.table for column in columns):
+        return pd.DataFrame()
+    runs = counted(a.table)
+    runs = runs[runs["projected_fine_tune_s"].notna()] if "projected_fine_tune_s" in runs else runs.iloc[0:0]
+    if runs.empty:
+        return pd.DataFrame()
+    return runs.groupby("condition_id", sort=False)[columns].median().reset_index()
+
+
 def step_times_tab(a: GridAnalysis) -> str:
     times = step_time_figure(a.steps, a.swept)
     if times is None:
@@ -93,6 +109,23 @@ def step_times_tab(a: GridAnalysis) -> str:
         "<code>new_shape_cost_s</code>, <code>outlier_steps</code> in the Runs table).</p>",
         NEW_SHAPE_CAUSE,
     ]
+    prices = new_length_prices(a)
+    if not prices.empty:
+        best = ""
+        if not a.remedies.empty:
+            top = a.remedies.iloc[0]
+            best = (
+                f" Measured here, the fastest configuration is <b>{top['configuration']}</b> "
+                f"(×{top['speedup']:.2f} the fine-tune as configured; Summary: which change buys most)."
+            )
+        parts.append(
+            "<h3>What a new length costs, per configuration</h3><p>The median over each condition's runs in the "
+            "answer: "
+            "what a step at a length its run had never met took beyond the step-time line (<code>new_shape_price_s"
+            "</code>), how many such steps your fine-tune meets, and the share of its projected time they make. "
+            "Packing leaves one shape, <code>pad_to_multiple_of</code> a few, <code>attention: efficient</code> builds "
+            "no plan per length." + best + "</p>" + compact_table_html(prices, list(prices.columns), "these conditions")
+        )
     if not a.skewed_runs.empty:
         parts.append(
             "<h3>Runs moved by slow steps</h3><p>Runs whose throughput over all timed steps differs from their steady "

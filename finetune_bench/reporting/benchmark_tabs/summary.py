@@ -5,6 +5,7 @@ the loss still matches, and the environment."""
 import html
 
 from finetune_bench.analysis.grid import GridAnalysis
+from finetune_bench.analysis.remedies import shown
 from finetune_bench.analysis.tables import ran_on_cpu
 from finetune_bench.reporting.benchmark_tabs.energy import energy_and_cost_html
 from finetune_bench.reporting.benchmark_tabs.environment import environment_html
@@ -50,8 +51,24 @@ def headline(a: GridAnalysis) -> list[str]:
 GPU_MEMORY_COLUMNS = ("peak_reserved_gib", "headroom_gib", "headroom_share")
 
 
+def remedies_html(a: GridAnalysis) -> str:
+    """Every configuration ranked by the projected time of the whole fine-tune ("" where none is ranked)."""
+    if a.remedies.empty:
+        return ""
+    lines = "".join(f"<p><b>{html.escape(line)}</b></p>" for line in a.remedy_lines)
+    return (
+        "<h3>Which change buys most</h3>"
+        + lines
+        + "<p>Every configuration the grid swept, fastest first: the projected time of your whole fine-tune "
+        f"({html.escape(a.fine_tune.describe())}) on your data, the median of its runs in the answer, beside how much "
+        "faster than as configured (the baseline at each axis's first listed value), its runs' range and what a step "
+        "at a new length cost it (docs/report.md#which-change-buys-most).</p>" + table_html(shown(a.remedies))
+    )
+
+
 def recommendation_html(a: GridAnalysis) -> str:
-    """Per arm, the fastest configuration whose runs all finished, and (on a GPU) the memory it leaves free."""
+    """Per arm, the fastest configuration whose runs all finished, and (on a GPU) the memory it leaves free; then
+    every configuration ranked by the fine-tune's projected time, where the grid swept more than the arm."""
     if ran_on_cpu(a.table):
         return (
             "<h3>Recommendation</h3><p>Per arm, the fastest configuration whose runs all finished (none ran out of "
@@ -68,6 +85,7 @@ def recommendation_html(a: GridAnalysis) -> str:
         )
         + ".</p>"
         + table_html(a.recommended)
+        + remedies_html(a)
     )
 
 
