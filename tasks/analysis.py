@@ -16,6 +16,7 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import GridAnalysis, analyze_grid
+from finetune_bench.frontier.search import SEARCHES_FAILED
 from finetune_bench.inputs.plan import PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.secrets import redact, secret_values
 from finetune_bench.prediction.fine_tune import FineTune
@@ -227,9 +228,11 @@ class NothingKept(click.ClickException):
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def require_nothing_lost(problems: list[str]) -> None:
     """Fail (a non-zero exit, a failed execution) when anything measured was not stored, logged or exported, or
-    fewer runs succeeded than `min_success_ratio` asks (`success_ratio_problems`)."""
-    lost = [p for p in problems if not p.startswith(SUCCESS_RATIO_PROBLEM)]
-    parts = [p for p in problems if p.startswith(SUCCESS_RATIO_PROBLEM)]
+    fewer runs succeeded than `min_success_ratio` asks (`success_ratio_problems`), or every search of a frontier
+    failed (`frontier.search.failed_searches`)."""
+    failed = (SUCCESS_RATIO_PROBLEM, SEARCHES_FAILED)  # what failed, not what was lost
+    lost = [p for p in problems if not p.startswith(failed)]
+    parts = [p for p in problems if p.startswith(failed)]
     if lost:
         parts.insert(
             0,

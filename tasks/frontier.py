@@ -25,7 +25,7 @@ from finetune_bench.frontier.predicted import (
 )
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
-from finetune_bench.frontier.search import FrontierResult, Guide, search_frontier, search_line
+from finetune_bench.frontier.search import FrontierResult, Guide, failed_searches, search_frontier, search_line
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
     FrontierArm,
@@ -269,4 +269,7 @@ def report_frontier(
         environment["inputs_file"] = inputs_file_argument()
     records = {"environment": {**provenance(throughput, planned), "environment": environment}}
     report_file, _, export_problems = publish(report, "frontier_report.html", tables, records, title="Memory frontier")
-    return FrontierReport(frontiers, probes, throughput.table, report_file, throughput.problems + export_problems)
+    failed = failed_searches(searches, results)  # the workflow then fails, each search's reason named
+    return FrontierReport(
+        frontiers, probes, throughput.table, report_file, throughput.problems + export_problems + failed
+    )

@@ -184,9 +184,11 @@ def step_costs(
         for length, seconds in (probes or {}).items()
     }
     # (whether the JIT cache grew in it, what it cost beyond the line) of each probe; of each timed new-shape step
-    # too where fewer than `SURE_PROBES` probes compiled nothing: a run's first steps pay for the allocator's growth
-    # besides the new length (on an H200 a new-length step of a run's first 20 cost 0.13-0.16 s beyond the line, one of
-    # its probes made after them 0.07-0.12 s, of a 300-step fine-tune 0.10 s on average: docs/measurements.md)
+    # too where fewer than `SURE_PROBES` probes compiled nothing: a new length costs more in a run's first steps than
+    # later (on an H200, baseline: a timed new-length step of a run's first 20 0.13-0.16 s beyond the line, a probe
+    # made after them 0.07-0.12 s, a new-length step of a 300-step fine-tune 0.10 s on average, falling from 0.12 over
+    # its first 50 steps to 0.08 over its last 100; not the allocator, which made 0.2 cudaMalloc calls a step there:
+    # docs/measurements.md)
     samples = [(length in compiling_probes, cost) for length, cost in probed.items()]
     if sum(not compiled for compiled, _ in samples) < SURE_PROBES:
         samples += [

@@ -130,6 +130,33 @@ class FrontierResult:
     predicted_frontier: int | None = None
 
 
+# The start of the problem `failed_searches` gives (the workflow fails with it, after its report is written).
+SEARCHES_FAILED = "every search failed"
+
+
+def failed_searches(searches: list[FrontierSearch], results: list["FrontierResult | None"]) -> list[str]:
+    """One problem when no search of the frontier measured anything: every one lost, or ended `probe_failed` with
+    nothing seen to fit (a probe kept failing for a reason other than memory), each search's reason named; none when
+    any search found a frontier, reached its cap, or saw its start run out of memory (`nothing_fits` is an answer)."""
+    if not searches:
+        return []
+    reasons = []
+    for search, result in zip(searches, [*results, *[None] * (len(searches) - len(results))], strict=False):
+        name = f"{arm_name(search.arm)} ({search.dimension})"
+        if result is None:
+            reasons.append(f"{name}: no result (the search's task failed)")
+        elif result.status == PROBE_FAILED and result.frontier is None:
+            reasons.append(
+                f"{name}: {result.reason.strip().splitlines()[0] if result.reason.strip() else 'probe failed'}"
+            )
+        else:
+            return []
+    return [
+        f"{SEARCHES_FAILED}: no search measured a size that fits or runs out of memory (frontiers.csv and the report "
+        "were written):\n" + "\n".join(f"  - {reason}" for reason in reasons)
+    ]
+
+
 def frontier_probe(result: FrontierResult) -> Probe | None:
     """The last ok probe at the frontier (its peak memory is the frontier's)."""
     at_frontier = [p for p in result.probes if p.value == result.frontier and p.status == OK]

@@ -247,10 +247,12 @@ class TrainingArgs(StrictFromJson):
         requirement(lambda v: v > 0, "must be positive"),
         requirement(lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"),
     )
-    # After the timed steps, one step at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
-    # meets that the run has not fed, each timed: what a length costs the first time (about a step's time more: cuDNN's
-    # attention plan for it), which the projection of your whole fine-tune prices its new shapes with
-    # (docs/report.md#your-fine-tune). Outside every timed figure; on a CPU none are made.
+    # After the timed steps, two steps at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
+    # meets that the run has not fed, spread over their range, each timed: the first says what a length costs the
+    # first time (about a step's time more: cuDNN's attention plan for it), the second what a step at a known shape
+    # takes; the projection of your whole fine-tune prices its new shapes with the first and fits its step-time line
+    # with the second, even where every timed step met a new length (docs/report.md#your-fine-tune). Outside every
+    # timed figure; on a CPU none are made.
     new_shape_probes: int = acts_only(
         setting(
             32,

@@ -107,5 +107,8 @@ def cap_memory(device: "torch.device", cap_gib: float) -> float:  # noqa: F821
             "this GPU's memory, or 0 for the whole GPU"
         )
     fraction = allowed / total
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    # torch takes an index or a device with one: one process on one GPU has a bare "cuda" (its current device)
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction

@@ -175,6 +175,32 @@ def test_a_failing_first_probe_reports_no_frontier():
     assert "no size was seen to fit" in result.reason
 
 
+def test_a_frontier_whose_every_search_failed_fails_naming_each_reason():
+    from finetune_bench.frontier.search import SEARCHES_FAILED, failed_searches
+
+    search = make_search(retries=0)
+    failed = search_frontier(search, FakeProbe(threshold=13, failures={1: ["error"]}))
+    problems = failed_searches([search, search], [failed, None])
+    assert len(problems) == 1 and problems[0].startswith(SEARCHES_FAILED)
+    assert "failed 1 time(s)" in problems[0] and "no result (the search's task failed)" in problems[0]
+    # one search that measured anything (a frontier, the cap, or even nothing fitting) is an answer
+    found = search_frontier(search, FakeProbe(threshold=13))
+    nothing_fits = search_frontier(search, FakeProbe(threshold=0))
+    assert failed_searches([search, search], [failed, found]) == []
+    assert failed_searches([search, search], [failed, nothing_fits]) == []
+
+
+def test_a_failed_frontier_ends_the_workflow_non_zero():
+    import click
+
+    from finetune_bench.frontier.search import SEARCHES_FAILED
+    from tasks.analysis import require_nothing_lost
+
+    with pytest.raises(click.ClickException, match="every search failed") as raised:
+        require_nothing_lost(problems=[f"{SEARCHES_FAILED}: ...\n  - liger (max_seq_length): CUDA error"])
+    assert "kept measured results from being stored" not in raised.value.message
+
+
 def test_out_of_memory_is_not_retried():
     probe = FakeProbe(threshold=1)
     search_frontier(make_search(start=1, cap=2, retries=3), probe)

@@ -25,9 +25,14 @@ def fake_gpu(monkeypatch):
         torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=int(H200_TORCH_TOTAL))
     )
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
-    monkeypatch.setattr(
-        torch.cuda, "set_per_process_memory_fraction", lambda fraction, device: given.update(fraction=fraction)
-    )
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def set_fraction(fraction, device):
+        if not isinstance(device, int):  # torch refuses a device without an index ("cuda")
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        given.update(fraction=fraction, device=device)
+
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
     return given
 
 
@@ -36,6 +41,14 @@ def test_a_cap_gives_torch_what_a_gpu_of_that_size_leaves_it(fake_gpu):
     fraction = cap_memory("cuda:0", 79.6)
     assert fake_gpu["fraction"] == fraction == pytest.approx(usable_bytes(79.6 * GIB) / H200_TORCH_TOTAL)
     assert fraction * H200_TORCH_TOTAL / GIB == pytest.approx(78.35, abs=0.01)
+
+
+def test_a_cap_on_one_gpu_names_the_current_device(fake_gpu):
+    """One process on one GPU trains on device "cuda", without an index: the cap goes to GPU 0, not a ValueError."""
+    cap_memory("cuda", 40)
+    assert fake_gpu["device"] == 0
+    cap_memory("cuda:1", 40)
+    assert fake_gpu["device"] == 1
 
 
 def test_a_cap_above_the_gpu_is_an_error_naming_the_setting(fake_gpu):
