@@ -70,7 +70,7 @@ class GridAnalysis:
     # Per condition: runs, statuses, medians over ok runs (`analysis.tables.condition_summary`).
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Each arm against the baseline at each point of the other axes (`arms_vs_baseline`), its ratios the paired
-    # statistics' (`stats.with_paired_ratios`: the median of paired ratios, as the How sure table states them).
+    # statistics' (`stats.with_paired_ratios`: the geometric mean of paired ratios, as the How sure table states them).
     comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Each arm against the baseline over runs paired by run number: ratios, intervals and the test at `alpha`
     # (`analysis.stats.paired_comparison`): the numbers the report's Summary states, exported as `comparison`.

@@ -23,9 +23,9 @@ The fine-tune's batches, its steps and the lengths new at each are drawn as the 
                      (`running.backends.shape_probes`), else the mean of its probes and timed new-shape steps
 
 and its throughput, the fine-tune's non-padding tokens over that time, is compared between arms as every other
-throughput is (`analysis.stats`: the median of paired ratios, its interval). Packed rows or full sequences are one
-shape: the projection is then the steady state, with the warm-up added. Evaluation, checkpointing and start-up are
-not projected.
+throughput is (`analysis.stats`: the geometric mean of paired ratios, its t interval). Packed rows or full
+sequences are one shape: the projection is then the steady state, with the warm-up added. Evaluation,
+checkpointing and start-up are not projected.
 
 Timed steps and probes during which the CUDA JIT cache grew (`measuring.jit_cache`: the first run on a machine
 compiling kernels, 1.5-3 s a step, once for the machine and not again at the same lengths) price no length: the

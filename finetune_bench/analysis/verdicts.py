@@ -31,8 +31,8 @@ def verdicts(
     comparison: pd.DataFrame, fitting: pd.DataFrame, parity: pd.DataFrame, table: pd.DataFrame | None = None
 ) -> list[str]:
     """One line per arm: its throughput and memory ratios over the conditions where both it and the
-    baseline ran (the median of paired ratios, with the throughput's interval where there is one condition), on how
-    many GPUs (from `table`), the largest batch each fits, and whether its loss matched the baseline's."""
+    baseline ran (the geometric mean of paired ratios, with the throughput's interval where there is one condition),
+    on how many GPUs (from `table`), the largest batch each fits, and whether its loss matched the baseline's."""
     lines = []
     for arm, rows in comparison.groupby("arm", sort=False):
         both = rows.dropna(subset=["throughput_ratio"])

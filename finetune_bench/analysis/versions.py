@@ -6,9 +6,9 @@ arm's against the baseline's.
 The reference set is the installed packages ("") where the sweep has them, else the sweep's first set. A run of a set
 and a run of the reference with the same arm, other settings and run number share the seed and the data order, so
 they are compared as a pair: the set takes the arm's place in the paired comparison (the reference the baseline's)
-and the arm is one more of the other axes. Per metric, the median ratio set / reference over the pairs, its bootstrap
-interval and the paired t-test at alpha; for the loss, the step-by-step loss curves where the steps are known
-(`parity.loss_parity`), else the final training losses, within the same tolerances."""
+and the arm is one more of the other axes. Per metric, the geometric mean of the ratios set / reference over the
+pairs, its t interval and the paired t-test at alpha; for the loss, the step-by-step loss curves where the steps are
+known (`parity.loss_parity`), else the final training losses, within the same tolerances."""
 
 import json
 
@@ -77,9 +77,10 @@ def versions_table(
 ) -> pd.DataFrame:
     """One row per arm (the A/A repeat aside), point of the other swept axes and set but the reference: the
     `reference` set, the `pairs` of runs (same arm, other settings and run number), per metric (throughput,
-    steady_throughput, peak_allocated, peak_reserved, energy_per_token: those the table has) the median ratio set /
-    reference with `_ci_low`, `_ci_high`, `_p_value` and `_significant` at `alpha` (`stats.paired_comparison`); the
-    loss: `final_loss_difference` (median over the pairs, set minus reference), `loss_compared` (on what: loss
+    steady_throughput, peak_allocated, peak_reserved, energy_per_token: those the table has) the geometric mean
+    ratio set / reference with `_ci_low`, `_ci_high`, `_p_value` and `_significant` at `alpha`
+    (`stats.paired_comparison`); the loss: `final_loss_difference` (median over the pairs, set minus reference),
+    `loss_compared` (on what: loss
     curves where `steps` has them, else the final loss), `loss_pairs` and `loss_matches` (pairs compared, and those
     within `parity.LOSS_ATOL` + `LOSS_RTOL` × |reference|), `loss_verdict` ("match", "diverged" (curves), "differs"
     (final loss), "no overlap", or "" where no loss was compared); `note` says what cannot be said. Empty unless the

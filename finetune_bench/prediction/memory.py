@@ -515,7 +515,7 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
         )
         if args.num_nodes > 1:
             assumptions.append(f"FSDP2 over {args.num_nodes} nodes: counted as on one node (not measured)")
-        phase = max(moments, key=moments.get)
+        phase = max(moments, key=lambda moment: moments[moment] * (1 + FSDP2_ALLOCATOR_OVERHEAD[moment]))
         parts = backward if phase == BACKWARD_START else step_parts
         return _finish(step, moments[phase], phase, parts, assumptions, moments)
     if step.checkpointing:
@@ -534,7 +534,10 @@ def predict_memory(args: TrainingArgs, shape: ModelShape, sequences_full: bool =
     step_buckets = 0 if step.gradients_in_buckets else buckets  # as views, the gradients are the buckets
     optimizer_step = weights + gradients + step_buckets + states + temporaries
     moments = {BACKWARD_START: backward_start, OPTIMIZER_STEP: optimizer_step}
-    if backward_start >= optimizer_step:
+    # the moment whose reserve is larger sets the peak: each adds its own allocator overhead, so the larger allocated
+    # moment need not be (a larger batch must never be predicted to reserve less)
+    reserved = {moment: moments[moment] * (1 + ALLOCATOR_OVERHEAD[moment]) for moment in moments}
+    if reserved[BACKWARD_START] >= reserved[OPTIMIZER_STEP]:
         breakdown = {
             "weights": weights,
             "gradients": resident_gradients,

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finetune_bench.analysis.stats import paired_comparison
+from finetune_bench.analysis.stats import paired_comparison, ratio_interval
 
 SWEPT = ["arm", "per_device_train_batch_size"]
 
@@ -38,7 +38,7 @@ def test_a_consistent_speedup_gets_a_tight_interval_and_is_significant():
     liger = base * 1.2 + rng.normal(0, 5, 6)
     (row,) = paired_comparison(table(liger, base), SWEPT, alpha=0.05).to_dict("records")
     assert row["pairs"] == 6
-    assert row["throughput_ratio"] == pytest.approx(np.median(liger / base))
+    assert row["throughput_ratio"] == pytest.approx(np.exp(np.log(liger / base).mean()))  # the geometric mean
     assert 1.15 < row["throughput_ci_low"] <= row["throughput_ratio"] <= row["throughput_ci_high"] < 1.25
     assert row["throughput_p_value"] < 1e-6 and row["throughput_significant"] is True
     assert row["peak_reserved_ratio"] == pytest.approx(0.5)
@@ -66,7 +66,7 @@ def test_pairs_need_both_runs_ok_with_the_same_run_number():
     frame = table([1200, 1210, 1190], [1000, 1000, 1000], statuses={("baseline", 1): "oom"})
     (row,) = paired_comparison(frame, SWEPT).to_dict("records")
     assert row["pairs"] == 2
-    assert row["throughput_ratio"] == pytest.approx(np.median([1.2, 1.19]))
+    assert row["throughput_ratio"] == pytest.approx(np.sqrt(1.2 * 1.19))
 
 
 def test_one_row_per_point_of_the_other_axes():
@@ -95,7 +95,9 @@ def test_the_a_a_comparison_sets_the_noise_floor_and_flags_a_difference_inside_i
     out = paired_comparison(aa_and_liger(aa, liger, base), SWEPT).set_index("arm")
     floor = out.loc["baseline_repeat", "throughput_noise_floor"]
     departures = np.abs(aa / base - 1)
-    assert floor >= np.median(departures) and floor <= departures.max() + 1e-12
+    # the far end of the A/A interval: every departure it cannot rule out, beyond those the pairs happened to show
+    ratio, low, high = ratio_interval(aa / base)
+    assert floor == pytest.approx(max(1 - low, high - 1)) and floor >= departures.max()
     assert out.loc["liger", "throughput_noise_floor"] == floor
     assert bool(out.loc["liger", "throughput_significant"]) is True
     assert "inside the A/A noise floor" in out.loc["liger", "note"]

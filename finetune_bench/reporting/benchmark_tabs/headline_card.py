@@ -1,6 +1,6 @@
 """The benchmark report's first screen: per arm against the baseline, in large type, how much faster, how much
 leaner, whether the loss matched and how sure, and what the user's whole fine-tune takes where it is projected. Every
-figure is the one the Summary's tables state: the median of paired ratios (`analysis.stats`), its interval."""
+figure is the one the Summary's tables state: the geometric mean of paired ratios (`analysis.stats`), its interval."""
 
 import pandas as pd
 
@@ -13,9 +13,10 @@ from finetune_bench.inputs.arms import BASELINE_REPEAT
 from finetune_bench.reporting.html import cards_html
 
 
-def _significance(paired: pd.DataFrame, alpha: float) -> str:
-    """Whether the throughput differences of an arm's rows are significant at `alpha`, in a word or two."""
-    flags = paired.get("throughput_significant", pd.Series(dtype=object)).dropna().astype(bool)
+def _significance(paired: pd.DataFrame, alpha: float, name: str = "throughput") -> str:
+    """Whether the differences in `name` (the paired statistics' metric: `throughput`, `projected_throughput`) of an
+    arm's rows are significant at `alpha`, in a word or two."""
+    flags = paired.get(f"{name}_significant", pd.Series(dtype=object)).dropna().astype(bool)
     if flags.empty:
         return "not tested (set n_runs ≥ 2)"
     if flags.all():
@@ -46,12 +47,17 @@ def headline_card_html(a: GridAnalysis) -> str:
         points = f" over {len(both)} conditions" if len(both) > 1 else ""
         mine = a.paired[a.paired["arm"] == arm] if not a.paired.empty else pd.DataFrame()
         figures = []
+        # the first figure's significance is the one the card states: the projection's where it leads
+        leading = "throughput"
         if "projected_throughput_ratio" in mine and mine["projected_throughput_ratio"].notna().any():
             projected = mine.dropna(subset=["projected_throughput_ratio"])
             bounds = projected[["projected_throughput_ci_low", "projected_throughput_ci_high"]]
             interval = interval_text(bounds.rename(columns=lambda c: c.removeprefix("projected_")))
-            label = f"your fine-tune ({a.fine_tune.describe()}), projected{points}"
+            # the conditions it covers: those projected, not every condition the arm ran in
+            over = f" over {len(projected)} of {len(both)} conditions" if len(projected) < len(both) else points
+            label = f"your fine-tune ({a.fine_tune.describe()}), projected{over}"
             figures.append((span_text(projected["projected_throughput_ratio"]) + interval, label))
+            leading = "projected_throughput"
         timed = "throughput over the timed steps" if figures else "throughput"
         figures.append((span_text(both["throughput_ratio"]) + interval_text(both), f"{timed}{points}"))
         memory = both["peak_reserved_ratio"].dropna() if "peak_reserved_ratio" in both else pd.Series(dtype=float)
@@ -60,11 +66,13 @@ def headline_card_html(a: GridAnalysis) -> str:
         elif ran_on_cpu(a.table):
             figures.append(("–", "peak memory: none on a CPU"))
         figures.append((_parity(a.parity, arm), "loss curves"))
-        figures.append((_significance(mine, a.alpha), "speed difference significant"))
+        what = "your fine-tune's speed difference" if leading == "projected_throughput" else "speed difference"
+        figures.append((_significance(mine, a.alpha, leading), f"{what} significant"))
         cards.append((f"{arm} vs baseline", figures))
     cpu = " (a CPU run: its timings say nothing about a GPU)" if ran_on_cpu(a.table) else ""
     return cards_html(
         cards,
-        "Ratios are arm over baseline (× above 1: faster, or more memory): the median of runs paired by run number, "
+        "Ratios are arm over baseline (× above 1: faster, or more memory): the geometric mean of the ratios of runs "
+        "paired by run number, "
         f"its 95 % interval in brackets where there are 3 pairs or more (How sure, below).{cpu}",
     )

@@ -9,6 +9,7 @@ from finetune_bench.reporting.html import table_html
 
 # Each compared metric: its column prefix in the paired statistics and its name in the table.
 COMPARED = (
+    ("projected_throughput", "your fine-tune's throughput (projected)"),
     ("throughput", "throughput"),
     ("steady_throughput", "steady-state throughput"),
     ("peak_reserved", "peak reserved memory"),
@@ -34,6 +35,8 @@ def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
             out[f"{label} noise floor"] = paired[f"{name}_noise_floor"].map(
                 lambda v: f"±{percent_text(v)}" if pd.notna(v) else MISSING
             )
+    if "projected_throughput_ratio" in paired and paired["projected_throughput_ratio"].notna().any():
+        out["your fine-tune significant"] = paired.get("projected_throughput_significant")
     out["throughput significant"] = paired.get("throughput_significant")
     out["note"] = paired.get("note", "")
     return out
@@ -42,10 +45,12 @@ def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
 def how_sure_html(a: GridAnalysis) -> str:
     """The section (where runs were paired): how the ratios, intervals and tests were computed, then the table."""
     return (
-        "<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the median ratio of "
-        f"runs paired by run number (× &gt; 1: faster, or more memory), over {pairs_text(a.paired['pairs'])}; its "
-        f"{CONFIDENCE_LEVEL:.0%} bootstrap interval in brackets (computed from {MIN_PAIRS_FOR_CI} pairs on), and a "
-        f"paired t-test on the logarithms at alpha {a.alpha:g}. A <code>baseline_repeat</code> arm (A/A) gives the "
+        "<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the geometric mean of "
+        f"the ratios of runs paired by run number (× &gt; 1: faster, or more memory), over "
+        f"{pairs_text(a.paired['pairs'])}; its {CONFIDENCE_LEVEL:.0%} confidence interval in brackets (a t interval "
+        f"on the log ratios, from {MIN_PAIRS_FOR_CI} pairs on: wide at 3 pairs, as it must be to hold the true ratio "
+        f"95 % of the time), and the paired t-test on the logarithms at alpha {a.alpha:g} (the interval excludes 1 "
+        "where the test at 0.05 says significant). A <code>baseline_repeat</code> arm (A/A) gives the "
         "noise floor: a difference inside it is not distinguishable from run-to-run noise.</p>\n"
         + table_html(how_sure_table(a.paired, a.swept))
     )

@@ -73,7 +73,8 @@ def stacks_tab(a: GridAnalysis) -> str | None:
     shown["loss matched"] = stacks["loss_match"]
     shown["Pareto front"] = [front_text(row) for row in stacks.itertuples(index=False)]
     parts = [
-        "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the median ratio "
+        "<p>Each stack (arm) against the baseline at the same other settings, ranked by throughput: the geometric "
+        "mean ratio "
         f"of runs paired by run number with its {CONFIDENCE_LEVEL:.0%} interval (over {pairs_text(stacks['pairs'])}; "
         f"computed from {MIN_PAIRS_FOR_CI} pairs on), the same at the steady state where the runs measured one (every "
         "timed step's tokens at the time that the steps which met no new batch shape take, fitted robustly, so that "

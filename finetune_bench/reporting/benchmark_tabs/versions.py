@@ -80,8 +80,9 @@ def versions_tab(a: GridAnalysis) -> str | None:
         cpu_timings_note(a),
         f"<p>Should I upgrade? Every arm trained under each software set; each set is compared with the reference, "
         f"<b>{html.escape(reference)}</b> (the installed packages where the grid has them, else its first set), at "
-        "the same arm and other settings: the median ratio set / reference of runs paired by run number (same seed, "
-        f"same data order; × &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} bootstrap interval in "
+        "the same arm and other settings: the geometric mean of the ratios set / reference of runs paired by run "
+        "number (same seed, "
+        f"same data order; × &gt; 1: faster, or more memory), its {CONFIDENCE_LEVEL:.0%} t interval in "
         f"brackets (from {MIN_PAIRS_FOR_CI} pairs on) and a paired t-test on the logarithms at alpha {a.alpha:g}, as "
         "an arm is compared with the baseline (How sure, in the Summary). Loss parity as an arm's against the "
         f"baseline's: the loss curves step by step where the steps are known, else the final training loss, within "
