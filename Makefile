@@ -53,12 +53,13 @@ help: ## list the targets
 	@echo "RUN_DIR (default runs/<timestamp>), VERBOSE=1 (the commands and pyflyte's full output), PYTHON (python3.11)."
 
 # A run that fails before it writes anything leaves no empty runs/<timestamp>/ behind (one that wrote its report
-# keeps it: the report says what failed).
+# keeps it: the report says what failed). A run writes report.html and results.csv; a dry run (`dry_run: true`)
+# plan.html and plan.csv.
 run: $(VENV)/.installed ## the benchmark workflow on INPUTS (default inputs/smoke.yaml), outputs in runs/<timestamp>/
 	@mkdir -p $(RUN_DIR)
 	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file $(INPUTS) $(RUN_ARGS) \
 	  || { status=$$?; rmdir $(RUN_DIR) 2>/dev/null; exit $$status; }
-	@test -f $(RUN_DIR)/report.html && test -f $(RUN_DIR)/results.csv
+	@test -f $(RUN_DIR)/report.html && test -f $(RUN_DIR)/results.csv || test -f $(RUN_DIR)/plan.csv
 
 # The demo keeps its runs in this checkout's own results store (runs/.results): a fresh clone's first demo measures
 # every run, and a second one reuses them and says so.

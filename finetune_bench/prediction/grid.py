@@ -46,7 +46,7 @@ VERDICT_MEANINGS = {
         "a sure OOM with every sequence max_seq_length tokens long, which data of shorter examples (batches padded to "
         "their longest) may escape"
     ),
-    UNKNOWN: "no figure, or no GPU memory to compare it with (the line says which)",
+    UNKNOWN: "no figure, or no GPU memory to compare it with (its line says which, or the conditions line for all)",
 }
 # Why a condition's verdict is unknown although its memory was predicted.
 NO_TARGET_MEMORY = "no GPU memory to compare with: name gpu_kind (or gpu_memory_gib) to predict for a GPU"

@@ -44,10 +44,25 @@ def shared_reasons(estimate: GridEstimate) -> dict[str, str]:
     return {verdict: next(iter(r)) for verdict, r in reasons.items() if len(r) == 1 and "" not in r}
 
 
+# What a plan of runs on a CPU says, once, in place of a figure per condition.
+CPU_PLAN = (
+    "device 'cpu': memory and GPU time are not predicted on a CPU (the memory model is a GPU's; a CPU run checks "
+    "that the workflow works, its timings say nothing of a GPU)"
+)
+
+
+def on_cpu(estimate: GridEstimate) -> bool:
+    """Whether every condition of the plan trains on a CPU (nothing of a GPU to predict)."""
+    return bool(estimate.conditions) and all(c.training_args.device == "cpu" for c in estimate.conditions)
+
+
 def plan_totals(estimate: GridEstimate) -> list[str]:
     """The plan's totals: the target GPU, the conditions by verdict and the runs, what is not launched, the GPU time
-    (and its cost) and the estimate's notes. The plan report's headline: a dry run's console ends with them."""
+    (and its cost) and the estimate's notes; on a CPU, the conditions and runs and that nothing is predicted. The plan
+    report's headline: a dry run's console ends with them."""
     e = estimate
+    if on_cpu(e):
+        return [f"conditions: {len(e.conditions)}; runs: {e.runs} ({e.n_runs} per condition)", CPU_PLAN]
     counts = pd.Series([c.verdict for c in e.conditions]).value_counts().to_dict()
     why = "".join(f"; {verdict}: {reason}" for verdict, reason in shared_reasons(e).items())
     lines = [
@@ -71,6 +86,9 @@ def plan_text(estimate: GridEstimate, with_totals: bool = True) -> str:
     `with_totals` False, where the plan report's headline says them). A verdict the figure alone does not explain
     (`unknown`, `oom at max length`) says why on its line, or once in the conditions line when every condition with
     that verdict has the same reason."""
+    if on_cpu(estimate):  # nothing predicted: the conditions, and the totals' one line that says why
+        ids = [c.condition_id for c in estimate.conditions]
+        return "\n".join(ids + ([""] + plan_totals(estimate) if with_totals else [CPU_PLAN]))
     shared = shared_reasons(estimate)
     lines = []
     for c in estimate.conditions:

@@ -92,3 +92,11 @@ def test_at_1400_px_the_plan_s_table_does_not_scroll_sideways(tmp_path):
     assert "the plan: all " in report.sections["Plan"]  # the predicted peak's parts behind the toggle
     widths = table_widths(report.to_html(), tmp_path)
     assert len(widths) == 1 and widths[0]["scroll"] <= widths[0]["client"], widths
+
+
+def test_a_plan_of_cpu_runs_says_once_that_nothing_is_predicted():
+    planned = plan_runs(smoke_experiment(), TrainingArgs(device="cpu"), 1)
+    estimate = grid.estimate_grid(planned, grid.target_gpu(""), 0.0, False)
+    text = plan_text(estimate)
+    assert text.count("not predicted on a CPU") == 1 and "GiB" not in text and "GPU-hours" not in text
+    assert text.splitlines()[0] == planned[0].condition_id
