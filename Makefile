@@ -134,10 +134,10 @@ lock: $(BIN)/python ## refresh requirements.lock from pyproject.toml
 # Regenerate the settings reference (docs/settings.md) from the settings' declarations.
 # The GPU example report in docs/examples/ (stored runs of inputs/padded_llama1b_shapes.yaml with 20 steps on one H200),
 # rendered again by the current renderer: its report.html and, where a Chromium is at hand, top.png.
-EXAMPLE := docs/examples/padded-llama1b-h200
+EXAMPLE := docs/examples/variable-length-llama1b-h200
 example-report: $(VENV)/.installed ## render the GPU example report in docs/examples/ again from its stored runs
-	$(BIN)/python scripts/example_report.py $(EXAMPLE) --fine-tune-steps 305 \
-	  --title "Padded batches, Llama-3.2-1B on one H200: liger against the baseline"
+	$(BIN)/python scripts/example_report.py $(EXAMPLE) --fine-tune-epochs 1 \
+	  --title "Variable-length data, Llama-3.2-1B on one H200: liger and packing against the baseline"
 
 docs: $(VENV)/.installed ## regenerate docs/settings.md from the settings' field comments
 	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/settings_reference.py

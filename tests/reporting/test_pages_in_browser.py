@@ -22,7 +22,7 @@ from tests.reporting.test_frontier_tables import gpu_frontier_report
 from tests.workflows import browser
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "docs" / "examples" / "padded-llama1b-h200"
+EXAMPLE = ROOT / "docs" / "examples" / "variable-length-llama1b-h200"
 WIDTH = 1400
 
 pytestmark = pytest.mark.skipif(
@@ -116,7 +116,7 @@ def _benchmark_page(tmp_path: Path) -> str:
     spec.loader.exec_module(example)
     directory = tmp_path / "example"
     shutil.copytree(EXAMPLE / "runs", directory / "runs")
-    example.render(directory, FineTune(1.0, 305), "Fine-tuning benchmark")
+    example.render(directory, FineTune(epochs=1), "Fine-tuning benchmark")
     return (directory / "report.html").read_text()
 
 

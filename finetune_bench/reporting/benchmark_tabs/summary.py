@@ -124,6 +124,7 @@ def summary_tab(a: GridAnalysis, experiment_name: str, notes: list[str]) -> str:
         overview.append(f"<p>Not launched (every other run was):</p><ul>{items}</ul>")
     if experiment_name:
         overview.append(f"<p>Experiment: {html.escape(experiment_name)}</p>")
+    overview.extend(f'<p class="verdict"><b>{html.escape(line)}</b></p>' for line in a.remedy_lines)
     overview.extend(f'<p class="verdict"><b>{html.escape(line)}</b></p>' for line in a.fine_tune_verdicts)
     overview.extend(f'<p class="verdict">{html.escape(line)}</p>' for line in a.verdicts)
     overview.extend(f'<p class="verdict">{html.escape(line)} (see Versions)</p>' for line in a.version_verdicts)
