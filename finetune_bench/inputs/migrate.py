@@ -34,9 +34,12 @@ class Converted:
     section: str
     was: str
     now: str
+    # Where `now` is, when not in `section` ("": the file's top level).
+    now_section: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.section}.{self.was} → {self.section}.{self.now}"
+        into = self.section if self.now_section is None else self.now_section
+        return f"{self.section}.{self.was} → {into + '.' if into else ''}{self.now}"
 
 
 @dataclass
@@ -104,8 +107,27 @@ def migrate(inputs: Mapping[str, Any]) -> Migration:
             result.changed.append(Converted(section, was, now))
         result.inputs[section] = converted
     _steps_for_epochs(result, inputs)
+    _epochs_to_fine_tune(result, inputs)
     _drop_swept(result)
     return result
+
+
+def _epochs_to_fine_tune(result: Migration, inputs: Mapping[str, Any]) -> None:
+    """The tutorial's `num_train_epochs` is the fine-tune the user plans: it becomes `fine_tune_epochs` (what the
+    report projects), unless the file already sets the fine-tune; its line moves from "left out" to "changed"."""
+    training = inputs.get("training_args")
+    if not isinstance(training, dict) or "num_train_epochs" not in training:
+        return
+    if "fine_tune_epochs" in inputs or "fine_tune_steps" in inputs:
+        return
+    epochs = training["num_train_epochs"]
+    if isinstance(epochs, bool) or not isinstance(epochs, int | float) or epochs <= 0:
+        return
+    result.inputs["fine_tune_epochs"] = epochs
+    result.dropped = [line for line in result.dropped if not line.startswith("training_args.num_train_epochs:")]
+    result.changed.append(
+        Converted("training_args", f"num_train_epochs: {flow(epochs)}", f"fine_tune_epochs: {flow(epochs)}", "")
+    )
 
 
 def _drop_swept(result: Migration) -> None:

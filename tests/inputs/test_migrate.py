@@ -42,8 +42,11 @@ def test_the_tutorial_file_converts_to_settings_that_plan():
         "training_args.dataset → training_args.dataset_name",
         "training_args.use_liger: true → training_args.arm: liger",
         "training_args.bf16: true → training_args.dtype: bfloat16",
+        # the epochs the tutorial trains are the fine-tune the report projects
+        "training_args.num_train_epochs: 1 → fine_tune_epochs: 1",
     ]
-    assert len(migration.dropped) == 8 and not migration.not_converted  # 2 of them: swept axes
+    assert migration.inputs["fine_tune_epochs"] == 1
+    assert len(migration.dropped) == 7 and not migration.not_converted  # 2 of them: swept axes
     # The converted file reads as a whole and plans: 2 arms × 6 batch sizes × 3 runs.
     from workflows.benchmark import benchmarking_experiment
 
@@ -58,7 +61,7 @@ def test_make_migrate_writes_the_file_and_make_plan_runs_it(tmp_path, monkeypatc
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed
     assert "experiment_args.use_liger: [true, false] → experiment_args.arm: [liger, baseline]" in printed
-    assert "training_args.num_train_epochs: 1: every run trains max_steps optimizer steps" in printed
+    assert "training_args.num_train_epochs: 1 → fine_tune_epochs: 1" in printed
     assert "NOT converted" not in printed
     assert "arm: [liger, baseline]" in out.read_text()  # lists written inline, as the inputs files are
 
