@@ -56,7 +56,12 @@ TUTORIAL_KEYS = {
         TutorialKey("max_length", "max_seq_length"),
         TutorialKey("bf16", "dtype", {True: "bfloat16", False: DROP}, "bf16: false leaves dtype at auto"),
         TutorialKey("fp16", "dtype", {True: "float16", False: DROP}, "fp16: false leaves dtype at auto"),
-        TutorialKey("num_train_epochs", None, why="every run trains max_steps optimizer steps"),
+        TutorialKey(
+            "num_train_epochs",
+            None,
+            why="every run trains max_steps optimizer steps; the fine-tune the report projects is the top-level "
+            "fine_tune_epochs, which make migrate sets from it",
+        ),
         TutorialKey(
             "eval_strategy",
             None,

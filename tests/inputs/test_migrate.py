@@ -120,7 +120,7 @@ def test_each_tutorial_key_says_what_it_is_here():
     assert refused.value.problems == [
         "training_args.bf16 is not a setting (did you mean 'dtype'? bf16: true is dtype: bfloat16)",
         "training_args.num_train_epochs is not a setting (nothing to set here: every run trains max_steps optimizer "
-        "steps)",
+        "steps; the fine-tune the report projects is the top-level fine_tune_epochs, which make migrate sets from it)",
         "training_args.dataset is not a setting (did you mean 'dataset_name'?)",
     ]
 
