@@ -19,6 +19,7 @@ when the workflow is registered or run.
 """
 
 import os
+from urllib.parse import urlsplit
 
 from flytekit import Resources, Secret
 from flytekit.extras.accelerators import GPUAccelerator
@@ -106,7 +107,8 @@ REGISTRATION_ENV = {
 # Where uv finds packages and how it reaches them (through a proxy, trusting the system's certificates), as at
 # registration: a pod installs a software set whose image registration did not build with uv
 # (`finetune_bench.sources.software`). Only values that name no path of this machine and carry no credential: an
-# index URL with a password in it, or a certificate file (a path here, not in a pod), is left out.
+# index URL with a user, password or token in it or a query string (`carries_credentials`), or a certificate file (a
+# path here, not in a pod), is left out.
 NETWORK_SETTINGS = (
     "UV_INDEX_URL",
     "UV_EXTRA_INDEX_URL",
@@ -126,8 +128,16 @@ NETWORK_SETTINGS = (
 
 
 def carries_credentials(value: str) -> bool:
-    """Whether a setting's value holds a URL with a user's password or token in it (`https://user:pass@host/...`)."""
-    return any("@" in url.split("://", 1)[1].split("/", 1)[0] for url in value.split() if "://" in url)
+    """Whether a setting's value may hold a credential: a URL with a user, password or token before its host
+    (`https://user:pass@host/...`, `https://TOKEN@host/...`), or with a query string or fragment (`...?token=SECRET`,
+    `...&api_key=...`: an index's token is often passed so). Such a value is not passed to the pods at all."""
+    for url in value.replace(",", " ").split():
+        if "://" not in url:
+            continue
+        parts = urlsplit(url)
+        if "@" in parts.netloc or parts.query or parts.fragment or "?" in url:
+            return True
+    return False
 
 
 REGISTRATION_ENV.update(

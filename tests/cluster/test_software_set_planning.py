@@ -124,12 +124,30 @@ def test_the_pods_get_uv_s_and_the_proxy_s_settings_but_no_credential_or_local_p
         NO_PROXY="localhost,.svc",
         UV_EXTRA_INDEX_URL="https://me:s3cretTOKEN@private.example.com/simple",
         HTTP_PROXY="http://me:s3cretTOKEN@proxy.example.com:3128",
+        UV_DEFAULT_INDEX="https://mirror.example.com/simple?token=s3cretTOKEN",
         SSL_CERT_FILE="/home/me/corporate-ca.pem",
         UV_CACHE_DIR="/home/me/.cache/uv",
     )
     assert env["UV_INDEX_URL"] == "https://mirror.example.com/simple"
     assert env["UV_NATIVE_TLS"] == "1" and env["HTTPS_PROXY"] == "http://proxy.example.com:3128"
     assert env["NO_PROXY"] == "localhost,.svc"
-    for left_out in ("UV_EXTRA_INDEX_URL", "HTTP_PROXY", "SSL_CERT_FILE", "UV_CACHE_DIR"):
+    for left_out in ("UV_EXTRA_INDEX_URL", "HTTP_PROXY", "UV_DEFAULT_INDEX", "SSL_CERT_FILE", "UV_CACHE_DIR"):
         assert left_out not in env
     assert "s3cretTOKEN" not in str(env)
+
+
+def test_every_form_of_a_credential_in_a_url_keeps_the_setting_from_the_pods():
+    from tasks.registration import carries_credentials
+
+    for value in (
+        "https://me:s3cret@private.example.com/simple",
+        "https://TOKEN@pypi.fury.io/me/",
+        "https://mirror.example/simple?token=SECRET",
+        "https://mirror.example/simple/?a=1&api_key=SECRET",
+        "https://mirror.example/simple#SECRET",
+        "https://ok.example/simple https://me:pw@other.example/simple",  # one of several
+        "http://proxy.example.com:3128,http://me:pw@proxy2.example.com",
+    ):
+        assert carries_credentials(value), value
+    for value in ("https://mirror.example.com/simple", "http://proxy.example.com:3128", "localhost,.svc", "1"):
+        assert not carries_credentials(value), value
