@@ -31,6 +31,9 @@ from finetune_bench.results.record import OK
 # Below this many pairs no interval is shown (at 2 pairs a t interval spans t(0.975, 1) = 12.7 standard errors).
 MIN_PAIRS_FOR_CI = 3
 CONFIDENCE_LEVEL = 0.95
+# Repeats of one condition whose throughputs differ by more than this factor (a busy machine, a throttled GPU) make
+# the condition noisy: flagged, and its test not counted as significant.
+NOISY_SPREAD = 2.0
 # The results columns compared, each with the name of its figures (energy per token: where the GPU counted it).
 METRICS = {
     "tokens_per_second": "throughput",
@@ -82,8 +85,26 @@ def paired_comparison(table: pd.DataFrame, swept: list[str], alpha: float = 0.05
     if out.empty:
         return out
     out = _with_noise_floor(out, others, list(compared.values()))
+    out["throughput_spread"] = [_repeat_spread(ok, row, others) for row in out.to_dict("records")]
+    noisy = out["throughput_spread"] > NOISY_SPREAD
+    if "throughput_significant" in out:  # a noisy condition's test says nothing: it is not counted significant
+        out["throughput_significant"] = out["throughput_significant"].astype(object).where(~noisy, None)
     out["note"] = [_note(row, alpha) for row in out.to_dict("records")]
     return out
+
+
+def _repeat_spread(ok: pd.DataFrame, row: dict, others: list[str]) -> float:
+    """The largest over the smallest throughput of one condition's repeats, the worse of the arm's and the
+    baseline's at the row's point (1.0: alike, or one run)."""
+    at = ok
+    for axis in others:
+        at = at[at[axis] == row[axis]]
+    spreads = []
+    for arm in (row["arm"], BASELINE):
+        speeds = at.loc[at["arm"] == arm, "tokens_per_second"].dropna() if "tokens_per_second" in at else []
+        speeds = [value for value in speeds if value > 0]
+        spreads.append(max(speeds) / min(speeds) if speeds else 1.0)
+    return float(max(spreads))
 
 
 def _labels(values: pd.Series) -> str:
@@ -151,6 +172,11 @@ def _note(row: dict, alpha: float) -> str:
     notes = []
     if n_pairs < MIN_PAIRS_FOR_CI:
         notes.append(f"{n_pairs} pairs: too few for a confidence interval (set n_runs ≥ {MIN_PAIRS_FOR_CI})")
+    spread = row.get("throughput_spread")
+    if spread is not None and pd.notna(spread) and spread > NOISY_SPREAD:
+        notes.append(
+            f"noisy: one repeat ran ×{spread:.1f} faster than another (a busy machine?); not counted as significant"
+        )
     if row["arm"] == BASELINE_REPEAT:
         notes.append("A/A: two identical arms; their spread is the noise floor")
     elif row.get("throughput_significant") is False:

@@ -115,3 +115,13 @@ def test_a_difference_beyond_the_noise_floor_is_not_flagged():
 def test_no_noise_floor_without_a_repeated_baseline():
     out = paired_comparison(table([1200] * 3, [1000] * 3), SWEPT)
     assert "throughput_noise_floor" not in out
+
+
+def test_a_condition_whose_repeats_differ_by_more_than_twice_is_noisy_and_not_counted_significant():
+    base = np.array([1000.0, 1010.0, 990.0])
+    liger = np.array([1200.0, 1212.0, 50.0])  # one repeat on a busy machine: ×24 slower
+    (row,) = paired_comparison(table(liger, base), SWEPT).to_dict("records")
+    assert row["throughput_spread"] == pytest.approx(1212 / 50)
+    assert row["throughput_significant"] is None and "noisy: one repeat ran ×24.2 faster" in row["note"]
+    (calm,) = paired_comparison(table(base * 1.2, base), SWEPT).to_dict("records")
+    assert calm["throughput_spread"] < 1.1 and "noisy" not in calm["note"]
