@@ -52,9 +52,19 @@ def check_claim(name: str, searches: list[FrontierSearch]) -> None:
     if name not in CLAIMS:
         raise SpecError(f"claim: no claim {name!r}{closest(name, list(CLAIMS))}; known: {list(CLAIMS)}")
     claim = CLAIMS[name]
-    if not any(search.dimension == claim.dimension for search in searches):
-        section = SEARCH_SECTIONS[claim.dimension]
+    section = SEARCH_SECTIONS[claim.dimension]
+    mine = [search for search in searches if search.dimension == claim.dimension]
+    if not mine:
         raise SpecError(f"claim {name!r} is about {claim.dimension}, which no search probes: enable {section}")
+    # the verdict would read "no" for a size never tried: the searches must reach every size the claim names
+    claimed = [size for pair in claim.frontiers.values() for size in pair if size is not None]
+    cap, start = max(search.cap for search in mine), min(search.start for search in mine)
+    if claimed and (max(claimed) > cap or min(claimed) < start):
+        raise SpecError(
+            f"claim {name!r} names {claim.dimension} {min(claimed):,} to {max(claimed):,}, which the search from "
+            f"{section}.start {start} to {section}.cap {cap} cannot reach: set {section}.start to at most "
+            f"{min(claimed)} and {section}.cap to at least {max(claimed)}"
+        )
 
 
 def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFrame) -> tuple[pd.DataFrame, ...]:

@@ -227,6 +227,8 @@ def plan_searches(
     for r in ranges:
         with problems.check():
             _check_range(r)
+        with problems.check():
+            _check_not_replaced(training_args, r)
     problems.raise_if_any()
     _check_data_fits(training_args, ranges)
 
@@ -279,6 +281,20 @@ def _check_probe_runs(args: TrainingArgs, swept: dict, index: int) -> None:
                 for problem in refused.problems
             )
         ) from None
+
+
+def _check_not_replaced(training_args: TrainingArgs, r: "_Range") -> None:
+    """A training_args value that a search replaces with its own (the sequence-length search trains at its own
+    `batch_size`) is a slip when it is not the default: the searches would silently train at another value."""
+    default = TrainingArgs()
+    for name, value in r.fixed.items():
+        given = getattr(training_args, name)
+        if given != getattr(default, name) and given != value:
+            field = "batch_size" if name == BATCH_SIZE else name  # the search section's name for it
+            raise SpecError(
+                f"training_args.{name} {given}: the {r.dimension} search trains at its own {r.key}.{field} "
+                f"({value}), not at this value; set {r.key}.{field}: {given}, or leave {name} out of training_args"
+            )
 
 
 def _check_range(r: "_Range") -> None:

@@ -40,6 +40,21 @@ def test_a_claim_is_known_and_about_a_dimension_that_is_searched():
         check_claim(LIGER_CLAIM, [_search("liger", BATCH_SIZE)])
 
 
+def test_a_claim_whose_sizes_the_search_cannot_reach_is_refused():
+    """The claim names 4,096 (the baseline runs out) and 16,384 (Liger trains): a cap of 8,192 could only say "no"
+    for a size never tried."""
+    import dataclasses
+
+    short = [dataclasses.replace(_search(arm), cap=8192) for arm in ("liger", "baseline")]
+    expected = (
+        r"names max_seq_length 4,096 to 16,384, which the search from seq_length_search.start 2048 to "
+        r"seq_length_search.cap 8192 cannot reach: set seq_length_search.start to at most 4096 and "
+        r"seq_length_search.cap to at least 16384"
+    )
+    with pytest.raises(SpecError, match=expected):
+        check_claim(LIGER_CLAIM, short)
+
+
 @pytest.mark.parametrize(
     ("liger", "baseline", "agrees"),
     [

@@ -157,3 +157,23 @@ def test_an_arm_that_cannot_run_on_the_model_is_refused_naming_it_not_a_tracebac
         "; the memory frontier cannot search this arm (its every probe would end as an error): leave it out of arms"
     )
     assert "This condition is not run" not in problem
+
+
+def test_a_training_args_value_the_search_replaces_is_refused_naming_where_to_set_it():
+    training_args = TrainingArgs(
+        model_name="random:tiny-llama", backend="plain_loop", per_device_train_batch_size=8,
+        synthetic_min_words=64, synthetic_max_words=80,
+    )  # fmt: skip
+    with pytest.raises(SpecError) as error:
+        plan_searches(
+            training_args,
+            [FrontierArm(arm="baseline")],
+            BatchSizeSearch(enabled=False),
+            SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32),
+            ProbeSettings(max_steps=2, timing_warmup_steps=1),
+        )
+    assert error.value.problems == [
+        "training_args.per_device_train_batch_size 8: the max_seq_length search trains at its own "
+        "seq_length_search.batch_size (1), not at this value; set seq_length_search.batch_size: 8, or leave "
+        "per_device_train_batch_size out of training_args"
+    ]
