@@ -10,6 +10,7 @@ verdicts; where every ok run of the condition is cold (a fresh pod each run), th
 
 import pandas as pd
 
+from finetune_bench.inputs.plan import run_name
 from finetune_bench.measuring.jit_cache import COMPILING_BYTES
 from finetune_bench.results.record import OK
 
@@ -53,7 +54,7 @@ def cold_note(table: pd.DataFrame) -> str:
     cold = table[table[COLD].astype(bool)]
     left_out = cold[~cold[COUNTED].astype(bool)]
     kept = cold[cold[COUNTED].astype(bool)]
-    names = lambda runs: ", ".join(f"{c}#{r}" for c, r in zip(runs["condition_id"], runs["run_number"], strict=True))  # noqa: E731
+    names = lambda runs: ", ".join(map(run_name, runs["condition_id"], runs["run_number"]))  # noqa: E731
     parts = []
     if len(left_out):
         parts.append(

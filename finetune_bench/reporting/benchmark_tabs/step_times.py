@@ -21,7 +21,7 @@ NEW_SHAPE_CAUSE = (
     "kernel where it can (the profile's <code>attention_kernel</code>: <code>cudnn</code>), and cuDNN builds an "
     "execution plan for each new sequence length, on the host, in the forward and the backward pass: on an H200 a "
     "Llama-3.2-1B step 0.1-0.2 s more per length (profiled: the host time is in <code>aten::_cudnn_attention_forward"
-    "</code> and <code>_backward</code>; <code>scripts/new_shape_profile.py</code>). "
+    "</code> and <code>_backward</code>: docs/measurements.md). "
     "The <code>shape_probes</code> after the timed steps step twice at each of up to <code>new_shape_probes</code> of "
     "the lengths a fine-tune meets, spread over their range: the first step prices the new length, the second is a "
     "step at a known shape, so the Summary's projection has its step-time line even where every timed step met a new "
