@@ -8,6 +8,7 @@ The conversion reads the one table of what the tutorial's keys become here, `fin
 
 import argparse
 import dataclasses
+import itertools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from finetune_bench.inputs.errors import SpecError
+from finetune_bench.inputs.rules import field_scope
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.inputs.tutorial import DROP, TUTORIAL_KEYS, TutorialKey, flow
 
@@ -109,7 +112,31 @@ def migrate(inputs: Mapping[str, Any]) -> Migration:
     _steps_for_epochs(result, inputs)
     _epochs_to_fine_tune(result, inputs)
     _drop_swept(result)
+    _drop_inactive(result)
     return result
+
+
+def _drop_inactive(result: Migration) -> None:
+    """A training_args value that acts in no condition of the converted grid (`rules.acts_only`: the tutorial's
+    `per_device_eval_batch_size` without held-out examples) is left out and said: planning would refuse it."""
+    training, experiment = result.inputs.get("training_args"), result.inputs.get("experiment_args") or {}
+    if not isinstance(training, dict) or not isinstance(experiment, dict):
+        return
+    try:
+        base = TrainingArgs.from_mapping(training)
+        axes = {name: values for name, values in experiment.items() if isinstance(values, list) and values}
+        conditions = [
+            dataclasses.replace(base, **dict(zip(axes, point, strict=True)))
+            for point in itertools.product(*axes.values())
+        ]
+    except (SpecError, TypeError, ValueError):
+        return  # planning names what is wrong with the file
+    for declared in dataclasses.fields(TrainingArgs):
+        scope = field_scope(declared)
+        if declared.name not in training or scope is None or any(scope.holds(t) for t in conditions):
+            continue
+        value = training.pop(declared.name)
+        result.dropped.append(f"training_args.{declared.name}: {flow(value)}: it acts only {scope.where}")
 
 
 def _epochs_to_fine_tune(result: Migration, inputs: Mapping[str, Any]) -> None:

@@ -7,7 +7,7 @@ import inspect
 import textwrap
 from typing import Any
 
-from finetune_bench.inputs.rules import field_scope
+from finetune_bench.inputs.rules import EVERYWHERE, field_scope
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -71,6 +71,11 @@ def section_reference(cls: type, title: str, intro: str = "") -> str:
         defaults = "<br>".join(_cell(f"`{_default(f)!r}`") for f in fields)
         # where the settings act, as declared beside them (`rules.acts_only`), once for the group
         scopes = list(dict.fromkeys(scope.where for f in fields if (scope := field_scope(f)) is not None))
-        acts = "".join(f" Acts only {where} (set elsewhere: refused at planning)." for where in scopes)
+        acts = "".join(
+            " Acts in every condition."
+            if where == EVERYWHERE
+            else f" Acts only {where} (set elsewhere: refused at planning)."
+            for where in scopes
+        )
         out.append(f"| {names} | {types} | {defaults} | {_cell(doc + acts)} |")
     return "\n".join(out) + "\n"

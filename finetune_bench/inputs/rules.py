@@ -256,6 +256,16 @@ def acts_only(declared: Any, holds: Callable[[Any], bool], where: str) -> Any:
     return field(**kind, metadata={**declared.metadata, _SCOPE: Scope(holds, where)})
 
 
+# How `acts_everywhere` says where a setting acts.
+EVERYWHERE = "in every condition"
+
+
+def acts_everywhere(declared: Any) -> Any:
+    """The setting field `declared` declared to act in every condition (what it sets changes every run): every
+    setting declares where it acts, this or `acts_only`, so that a new one cannot slip through undeclared."""
+    return acts_only(declared, lambda _: True, EVERYWHERE)
+
+
 def field_scope(declared: dataclasses.Field) -> Scope | None:
-    """Where the setting `declared` acts (`acts_only`); None: everywhere."""
+    """Where the setting `declared` acts (`acts_only`, `acts_everywhere`); None: undeclared."""
     return declared.metadata.get(_SCOPE)

@@ -35,6 +35,7 @@ from finetune_bench.inputs.model_overrides import (
     check_overrides_sweep,
 )
 from finetune_bench.inputs.rules import (
+    acts_everywhere,
     acts_only,
     check_field,
     check_fields,
@@ -109,6 +110,14 @@ def _probes_padded_shapes(t: Any) -> bool:
     return t.backend == "plain_loop" and not t.packing and t.device != "cpu"
 
 
+def _real_dataset(t: Any) -> bool:
+    return not _generated(t)
+
+
+def _evaluates(t: Any) -> bool:
+    return t.eval_examples > 0
+
+
 def _several_gpus(t: Any) -> bool:
     return t.num_gpus * t.num_nodes > 1
 
@@ -119,6 +128,7 @@ def _ddp(t: Any) -> bool:
 
 _WITH_GENERATED_DATA = "with generated data (a dataset_name of synthetic:...)"
 _WITH_A_REAL_DATASET = "with a hub or local dataset (generated data has no splits)"
+_WITH_HELD_OUT_EXAMPLES = "with held-out examples (eval_examples above 0)"
 _ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
 _WHERE_IT_TRAINS = "where the backend trains (forward_only builds no optimizer and runs no backward)"
 _WITH_LORA = "with LoRA (lora_rank above 0)"
@@ -161,15 +171,15 @@ class TrainingArgs(StrictFromJson):
     # prompt/completion pairs by format (`finetune_bench.sources.formats`): the hub ids it knows by name
     # (tatsu-lab/alpaca, tau/commonsense_qa, openai/gsm8k, madrylab/gsm8k-platinum,
     # OpenAssistant/oasst1), anything else by its columns.
-    model_name: str = "random:tiny-llama"
-    dataset_name: str = "synthetic:alpaca"
+    model_name: str = acts_everywhere("random:tiny-llama")
+    dataset_name: str = acts_everywhere("synthetic:alpaca")
     # A `datasets` split expression ("train", "test", "train[:1000]").
     dataset_split: str = acts_only(
         "train", lambda t: not _generated(t), "with a hub or local dataset (generated data has no splits)"
     )
     # The hub dataset's config (`datasets.load_dataset(name, config)`); empty: the default of a dataset
     # `finetune_bench.inputs.catalog.HUB_DATASETS` knows ("main" for the gsm8k ones), no config for any other.
-    dataset_config: str = ""
+    dataset_config: str = acts_only("", _real_dataset, _WITH_A_REAL_DATASET)
     # Generated data only: how many examples, and the response length range in words.
     synthetic_num_examples: int = acts_only(positive(256), _generated, _WITH_GENERATED_DATA)
     synthetic_min_words: int = acts_only(positive(8), _generated, _WITH_GENERATED_DATA)
@@ -188,17 +198,17 @@ class TrainingArgs(StrictFromJson):
     # pretrained model only keys that keep its weights' shapes (fewer layers, RoPE settings, ...); any key of the
     # config on a random-init one: Llama-3-8B's layers, 8 of them, measure its per-layer speed on one GPU. Empty:
     # none. See `finetune_bench.inputs.model_overrides`.
-    model_config_overrides: str = setting("", check_config_overrides_syntax)
+    model_config_overrides: str = acts_everywhere(setting("", check_config_overrides_syntax))
 
     # trl_sft: TRL's SFTTrainer (the blog's setup); hf_trainer: transformers' Trainer; plain_loop: a
     # bare PyTorch loop (no Trainer); forward_only: the plain loop's batches and loss without backward or
     # optimizer (inference time and memory; `optim` and the learning-rate settings are unused).
-    backend: str = choice("trl_sft", BACKENDS)
+    backend: str = acts_everywhere(choice("trl_sft", BACKENDS))
     # What is switched on: `baseline`, `liger` (Liger's defaults), `liger:<kernel>` (one kernel alone),
     # `compile`, `switchback`, `cce` (Cut Cross-Entropy computes the loss; plain_loop and forward_only only),
     # combinations joined by `+` (`compile+liger`, `liger:rope+cce`), or `baseline_repeat` (trains as `baseline`;
     # an A/A comparison for the noise floor). See `finetune_bench.inputs.arms`.
-    arm: str = setting("baseline", _known_arm)
+    arm: str = acts_everywhere(setting("baseline", _known_arm))
     # The loss. `model`: the model's forward computes it from the labels (transformers' cross entropy
     # on the full logits; Liger's fused linear cross entropy, no logits materialized, in a liger arm).
     # `trl`: TRL's own chunked LM-head loss (trl_sft only; what TRL 1.16 does by default, whatever
@@ -206,46 +216,50 @@ class TrainingArgs(StrictFromJson):
     # computed by the plain loop from the logits (or, fused, from the last hidden states and the LM
     # head's weight; `cce` is Apple's Cut Cross-Entropy, `pip install cut-cross-entropy`, the logits never in
     # the GPU's memory). With any criterion but `model`, a liger arm swaps the layer kernels only.
-    criterion: str = choice("model", CRITERIA)
+    criterion: str = acts_everywhere(choice("model", CRITERIA))
     # Sequences per optimizer step on each device, and micro-batches accumulated into one optimizer step.
-    per_device_train_batch_size: int = positive(1)
-    gradient_accumulation_steps: int = positive(1)
+    per_device_train_batch_size: int = acts_everywhere(positive(1))
+    gradient_accumulation_steps: int = acts_everywhere(positive(1))
     # The most tokens of an example: longer ones are truncated to it; a batch is padded to its longest example
     # (with `packing`, every row is this long).
-    max_seq_length: int = positive(32)
+    max_seq_length: int = acts_everywhere(positive(32))
     # Pack several examples into each sequence of max_seq_length tokens instead of padding each one
     # (trl_sft: TRL's best-fit-decreasing packing, the batch flattened without padding; plain_loop:
     # examples concatenated and cut into rows of exactly max_seq_length). Either way position_ids restart
     # at every example and no attention mask is passed, so transformers keeps examples from attending to
     # each other; a run checks that on its model before training and fails if they would.
-    packing: bool = False
+    packing: bool = acts_everywhere(False)
     # Pad each batch to a multiple of this many tokens instead of to its longest example only (0: no rounding;
     # it must divide max_seq_length, so no batch grows past it; both arms pad alike). max_seq_length itself
     # gives every batch one shape: kernels that autotune per matrix shape (SwitchBack's) then tune once, in
     # the warm-up steps, instead of whenever a batch's length is new. Evaluation batches are padded the same
     # way. Not with packing (packed rows have no padding).
-    pad_to_multiple_of: int = non_negative(0, _ZERO_TURNS_IT_OFF)
+    pad_to_multiple_of: int = acts_everywhere(non_negative(0, _ZERO_TURNS_IT_OFF))
     # Optimizer steps per run (every run trains exactly this many).
-    max_steps: int = positive(4)
+    max_steps: int = acts_everywhere(positive(4))
     # Steps excluded from the headline throughput (compilation, allocator warm-up, autotuning).
-    timing_warmup_steps: int = non_negative(1)
+    timing_warmup_steps: int = acts_everywhere(non_negative(1))
     # Held-out evaluation (0 examples: none). `eval_examples` examples are set aside from the dataset and never
     # trained on (the same ones in every run: a fixed selection), and evaluated before the first step, after
     # every `eval_steps` optimizer steps (0: only after the last) and after the last step,
     # `per_device_eval_batch_size` sequences at a time. Eval loss: the mean cross entropy per completion token,
     # through the model's own forward (its logits), the same computation in every arm and backend; perplexity:
     # its exp. Evaluation is kept out of the step times and memory peaks.
-    eval_examples: int = non_negative(0, _ZERO_TURNS_IT_OFF)
-    eval_steps: int = non_negative(0, _ZERO_TURNS_IT_OFF)
-    per_device_eval_batch_size: int = positive(4)
+    eval_examples: int = acts_everywhere(non_negative(0, _ZERO_TURNS_IT_OFF))
+    eval_steps: int = acts_only(non_negative(0, _ZERO_TURNS_IT_OFF), _evaluates, _WITH_HELD_OUT_EXAMPLES)
+    per_device_eval_batch_size: int = acts_only(positive(4), _evaluates, _WITH_HELD_OUT_EXAMPLES)
     # After the timed steps (and the last evaluation), `profile_steps` more steps under torch.profiler: the report
     # compares arms by time per category of GPU kernel and lists the top kernels; each run keeps its Chrome trace
     # and, on a GPU, a CUDA memory snapshot (for PyTorch's memory visualizer). The timed steps are not changed.
-    profile: bool = False
-    profile_steps: int = setting(
-        3,
-        requirement(lambda v: v > 0, "must be positive"),
-        requirement(lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"),
+    profile: bool = acts_everywhere(False)
+    profile_steps: int = acts_everywhere(
+        setting(
+            3,
+            requirement(lambda v: v > 0, "must be positive"),
+            requirement(
+                lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"
+            ),
+        )
     )
     # After the timed steps, two steps at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
     # meets that the run has not fed, spread over their range, each timed: the first says what a length costs the
@@ -277,21 +291,21 @@ class TrainingArgs(StrictFromJson):
     )
     weight_decay: float = acts_only(non_negative(0.0), _trains, _WHERE_IT_TRAINS)
     # A learning rate above 1 is refused as a slip of units (`2` for 2e-5) unless this is true: one that is meant.
-    allow_learning_rate_above_1: bool = False
+    allow_learning_rate_above_1: bool = acts_everywhere(False)
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
     max_grad_norm: float = acts_only(non_negative(1.0), _trains, _WHERE_IT_TRAINS)
     # Seeds the model's random init, the data order and dropout; every run of a grid uses it, so repeats of a
     # condition train on the same batches and differ only by the machine's run-to-run noise.
-    seed: int = setting(42, _seed_range)
+    seed: int = acts_everywhere(setting(42, _seed_range))
     # `auto`: bfloat16 on a GPU, float32 on a CPU (Liger's kernels give NaN in bf16 under the Triton
     # CPU interpreter). `float16` trains in mixed precision, as transformers' Trainer does with `fp16`: float32 master
     # weights (LoRA: a float16 frozen base, float32 adapters), forward and backward passes under float16 autocast, the
     # loss scaled by a dynamic GradScaler (a step with inf or NaN gradients skipped, recorded in the run's
     # `loss_scale_skipped_steps`); not with parallelism `fsdp`. `forward_only` runs float16 weights.
-    dtype: str = choice("auto", DTYPES)
+    dtype: str = acts_everywhere(choice("auto", DTYPES))
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = acts_only(False, _trains, _WHERE_IT_TRAINS)
     # How attention runs. `sdpa`: transformers' SDPA attention, PyTorch choosing the kernel per call (FlashAttention,
     # memory-efficient, cuDNN or math). `eager`: transformers' eager attention (the scores materialized, as a plain
     # PyTorch implementation would). `flash`, `efficient`, `cudnn`, `math`: SDPA pinned to that one kernel for the
@@ -299,28 +313,28 @@ class TrainingArgs(StrictFromJson):
     # cannot run ends as an error naming why, never silently on another kernel. `efficient` and `cudnn` need a
     # CUDA GPU; `flash` on a GPU needs compute capability 8.0 or newer and float16 or bfloat16 (on a CPU it is
     # PyTorch's CPU flash kernel). See `finetune_bench.inputs.catalog.ATTENTIONS`.
-    attention: str = choice("sdpa", ATTENTIONS)
+    attention: str = acts_everywhere(choice("sdpa", ATTENTIONS))
     # PyTorch's CUDA caching allocator: `default`, or `expandable_segments` (`expandable_segments:True` in the
     # training process's PYTORCH_CUDA_ALLOC_CONF: segments grow in place, which leaves less memory cut into blocks
     # no later tensor fits). Other options of a PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) already set where
     # the run starts are kept; its `expandable_segments` option is this setting's.
-    allocator: str = choice("default", ALLOCATORS)
+    allocator: str = acts_everywhere(choice("default", ALLOCATORS))
     # A GPU of another size, emulated: each training process (each rank) runs as if its GPU had this many GiB, as
     # `nvidia-smi` reports a card's memory (an 80 GB H100: 79.6; 40 GB A100: 40.0), through
     # `torch.cuda.set_per_process_memory_fraction`: torch may reserve that less the CUDA context
     # (`prediction.gpus.usable_bytes`), as on such a card, and a probe or run beyond it runs out of memory. What is
     # outside torch's allocator (NCCL's buffers) is not capped. 0: the whole GPU. GPU runs only.
-    gpu_memory_cap_gib: float = non_negative(0.0, " (0: the whole GPU)")
+    gpu_memory_cap_gib: float = acts_everywhere(non_negative(0.0, " (0: the whole GPU)"))
     # LoRA through peft (hf_trainer only): rank 0 trains every weight (a full fine-tune); a positive rank
     # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
     # "q_proj,v_proj"), scaled by lora_alpha / lora_rank, with dropout `lora_dropout` on their input.
-    lora_rank: int = non_negative(0, " (0 is a full fine-tune)")
+    lora_rank: int = acts_everywhere(non_negative(0, " (0 is a full fine-tune)"))
     lora_alpha: int = acts_only(positive(16), _lora, _WITH_LORA)
     lora_dropout: float = acts_only(fraction(0.05), _lora, _WITH_LORA)
     lora_target_modules: str = acts_only(setting("all-linear", _module_names), _lora, _WITH_LORA)
     # `auto`: the GPU when there is one, else the CPU; or `cuda` / `cpu`.
-    device: str = choice("auto", DEVICES)
+    device: str = acts_everywhere(choice("auto", DEVICES))
     # Several GPUs: `num_gpus` per node (1, 2, 4 or 8) on `num_nodes` nodes (1, 2, 4 or 8), each GPU a rank of
     # a PyTorch Elastic launch, sharing the training as `parallelism` says: `ddp` (a replica per GPU, gradients
     # all-reduced) or `fsdp` (FSDP2, parameters, gradients and optimizer state sharded; the plain loop shards
@@ -329,8 +343,8 @@ class TrainingArgs(StrictFromJson):
     # before, whatever `parallelism` says. `per_device_train_batch_size` stays per GPU: a step trains
     # per_device_train_batch_size × gradient_accumulation_steps × num_gpus × num_nodes sequences. On a CPU
     # (`device: cpu`) the ranks are processes talking over gloo.
-    num_gpus: int = choice(1, GPUS_PER_NODE)
-    num_nodes: int = choice(1, NODE_COUNTS)
+    num_gpus: int = acts_everywhere(choice(1, GPUS_PER_NODE))
+    num_nodes: int = acts_everywhere(choice(1, NODE_COUNTS))
     parallelism: str = acts_only(
         choice("none", PARALLELISMS), _several_gpus, "on several GPUs (num_gpus × num_nodes above 1)"
     )
@@ -359,7 +373,7 @@ class TrainingArgs(StrictFromJson):
     # safetensors, huggingface-hub; torch and triton stay the image's). Swept, it compares releases side by side.
     # Locally each set is installed once by uv into a directory of its own that its runs import first; on a cluster
     # each set has an image. See `finetune_bench.sources.software` and docs/releases.md.
-    software_set: str = setting("", software_sets.check_syntax)
+    software_set: str = acts_everywhere(setting("", software_sets.check_syntax))
 
     @property
     def world_size(self) -> int:

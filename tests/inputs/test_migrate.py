@@ -46,7 +46,11 @@ def test_the_tutorial_file_converts_to_settings_that_plan():
         "training_args.num_train_epochs: 1 → fine_tune_epochs: 1",
     ]
     assert migration.inputs["fine_tune_epochs"] == 1
-    assert len(migration.dropped) == 7 and not migration.not_converted  # 2 of them: swept axes
+    assert len(migration.dropped) == 8 and not migration.not_converted  # 2 of them: swept axes
+    # a setting that would act in no condition of the converted grid is left out, said (planning would refuse it)
+    assert "training_args.per_device_eval_batch_size: 16: it acts only with held-out examples" in " ".join(
+        migration.dropped
+    )
     # The converted file reads as a whole and plans: 2 arms × 6 batch sizes × 3 runs.
     from workflows.benchmark import benchmarking_experiment
 

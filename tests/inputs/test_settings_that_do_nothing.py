@@ -93,3 +93,22 @@ def test_a_setting_that_acts_in_some_conditions_is_kept():
     )
     plan_runs(ExperimentArgs(lora_rank=[0, 16]), TrainingArgs(backend="hf_trainer", lora_alpha=32), 1)
     plan_runs(ExperimentArgs(), TrainingArgs(warmup_ratio=0.1, lr_scheduler_type="constant_with_warmup"), 1)
+
+
+def test_every_training_setting_declares_where_it_acts():
+    """Every field of training_args declares where it acts (`rules.acts_only`, or `rules.acts_everywhere`): a setting
+    added without a declaration fails here, so none can act in no condition of a grid unrefused."""
+    import dataclasses
+
+    from finetune_bench.inputs.rules import field_scope
+
+    undeclared = [f.name for f in dataclasses.fields(TrainingArgs) if field_scope(f) is None]
+    assert not undeclared, f"declare where each acts (acts_only or acts_everywhere): {undeclared}"
+
+
+def test_held_out_settings_without_held_out_examples_and_a_config_of_generated_data_are_refused():
+    with pytest.raises(SpecError) as refused:
+        plan_runs(ExperimentArgs(), TrainingArgs(per_device_eval_batch_size=16, dataset_config="main"), 1)
+    problems = " ".join(refused.value.problems)
+    assert "training_args.per_device_eval_batch_size 16 acts only with held-out examples" in problems
+    assert "training_args.dataset_config 'main' acts only with a hub or local dataset" in problems
