@@ -209,7 +209,10 @@ def migration_hint(inputs: Mapping[str, Any], path: str = "") -> str:
     equivalents = [f"{c.was} → {c.now}" for c in migration.changed]
     if migration.dropped:
         left_out = len(migration.dropped)
-        equivalents.append(f"{left_out} key(s) left out: nothing to set here, or an axis experiment_args sweeps")
+        equivalents.append(
+            f"{left_out} key(s) left out: nothing to set here, an axis experiment_args sweeps, or a setting that acts "
+            "in no condition"
+        )
     return (
         f"hint: these are the Union tutorial's keys; `make migrate INPUTS={path or '<this file>'}` writes the file "
         f"with this project's settings ({'; '.join(equivalents)})"
