@@ -63,44 +63,40 @@ def ranking(table: pd.DataFrame, swept: list[str], fine_tune: FineTune) -> pd.Da
         runs = runs[runs["arm"] != BASELINE_REPEAT]
     first = table.sort_values("run_number", kind="stable").iloc[0]  # the grid's first point: every first value
     reference = {axis: first[axis] for axis in swept} | ({"arm": BASELINE} if "arm" in swept else {})
-    grouped = runs.groupby(swept, dropna=False, sort=False)
-    rows = []
-    for key, group in grouped:
-        values = key if isinstance(key, tuple) else (key,)
-        point = dict(zip(swept, values, strict=True))
-        rows.append(
-            {
-                "point": point,
-                "condition_id": group["condition_id"].iloc[0],
-                "seconds": group[PROJECTED_TIME].median(),
-                "throughput": group[PROJECTED_THROUGHPUT].median(),
-                "low": group[PROJECTED_TIME].min(),
-                "high": group[PROJECTED_TIME].max(),
-                "runs": len(group),
-                "price": group[NEW_SHAPE_PRICE].median() if NEW_SHAPE_PRICE in group else float("nan"),
-            }
-        )
-    base = next((row for row in rows if row["point"] == reference), None)
-    if base is None or len(rows) < 2:
+    if NEW_SHAPE_PRICE not in runs:
+        runs = runs.assign(**{NEW_SHAPE_PRICE: float("nan")})
+    per_point = runs.groupby(swept, dropna=False, sort=False).agg(
+        condition_id=("condition_id", "first"),
+        seconds=(PROJECTED_TIME, "median"),
+        throughput=(PROJECTED_THROUGHPUT, "median"),
+        low=(PROJECTED_TIME, "min"),
+        high=(PROJECTED_TIME, "max"),
+        runs=(PROJECTED_TIME, "size"),
+        price=(NEW_SHAPE_PRICE, "median"),
+    )
+    points = [dict(zip(swept, key if isinstance(key, tuple) else (key,), strict=True)) for key in per_point.index]
+    matches = [i for i, point in enumerate(points) if point == reference]
+    if not matches or len(points) < 2:
         return pd.DataFrame(columns=RANKING_COLUMNS)
+    base = per_point.iloc[matches[0]]
     out = []
-    for row in rows:
+    for point, row in zip(points, per_point.itertuples(index=False), strict=True):
         # a fine-tune of as many steps trains more tokens on packed rows: the same data as the reference's instead
         scale = 1.0
         if fine_tune.steps:
-            scale = (base["throughput"] * base["seconds"]) / (row["throughput"] * row["seconds"])
-        seconds = row["seconds"] * scale
+            scale = (base["throughput"] * base["seconds"]) / (row.throughput * row.seconds)
+        seconds = row.seconds * scale
         out.append(
             {
-                "configuration": _label(row["point"], reference),
+                "configuration": _label(point, reference),
                 "fine_tune_s": seconds,
                 "speedup": base["seconds"] / seconds,
-                "runs": row["runs"],
-                "fine_tune_s_range": f"{row['low'] * scale:.1f}-{row['high'] * scale:.1f}",
-                NEW_SHAPE_PRICE: row["price"],
-                "condition_id": row["condition_id"],
-                "_moved": sum(reference[axis] != value for axis, value in row["point"].items()),
-                "_packed": bool(row["point"].get("packing", False)),
+                "runs": row.runs,
+                "fine_tune_s_range": f"{row.low * scale:.1f}-{row.high * scale:.1f}",
+                NEW_SHAPE_PRICE: row.price,
+                "condition_id": row.condition_id,
+                "_moved": sum(reference[axis] != value for axis, value in point.items()),
+                "_packed": bool(point.get("packing", False)),
             }
         )
     frame = pd.DataFrame(out).sort_values("fine_tune_s", kind="stable").reset_index(drop=True)
