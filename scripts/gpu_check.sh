@@ -20,7 +20,7 @@ from finetune_bench.sources.datasets import DatasetSource, prepare_dataset
 from finetune_bench.sources.models import prepare_model
 cfg = yaml.safe_load(open(sys.argv[1]))
 args = TrainingArgs(**cfg["training_args"])
-args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1, arm="liger")
+args = dataclasses.replace(args, max_steps=3, timing_warmup_steps=1)
 run = plan_runs(ExperimentArgs(arm=["liger"], per_device_train_batch_size=[args.per_device_train_batch_size]), args, 1)[0]
 ds = prepare_dataset(DatasetSource.of(args))
 md = prepare_model(args.model_name)

@@ -29,6 +29,11 @@ PACKING_CAVEAT = (
     "another, but a batch holds other examples than padded batches would, and the rows are cut at max_seq_length "
     "(an example may be split across two rows)"
 )
+# Where a configuration's runs projected its fine-tune further apart than this share of their median, the console and
+# the Summary say so beside the ranking: the answer is only as sure as its runs agree. On padded data with SDPA's cuDNN
+# kernel the price of a new length (its attention plan, built on the host) varied from 0.08 to 0.15 s between runs of
+# one configuration on an H200, which moved a 300-step projection by ±9 % (docs/measurements.md).
+RUNS_DISAGREE = 0.05
 # The columns of the ranking, in order.
 RANKING_COLUMNS = [
     "rank",
@@ -95,6 +100,8 @@ def ranking(table: pd.DataFrame, swept: list[str], fine_tune: FineTune) -> pd.Da
                 "fine_tune_s_range": f"{row.low * scale:.1f}-{row.high * scale:.1f}",
                 NEW_SHAPE_PRICE: row.price,
                 "condition_id": row.condition_id,
+                "_low": row.low * scale,
+                "_high": row.high * scale,
                 "_moved": sum(reference[axis] != value for axis, value in point.items()),
                 "_packed": bool(point.get("packing", False)),
             }
@@ -121,6 +128,17 @@ def remedy_lines(frame: pd.DataFrame, fine_tune: FineTune) -> list[str]:
             f"{row.configuration} {duration_text(row.fine_tune_s)} (×{row.speedup:.2f})" for row in alone.itertuples()
         )
     lines = [first + "."]
+    apart = frame[(frame["_high"] - frame["_low"]) > RUNS_DISAGREE * frame["fine_tune_s"]]
+    if not apart.empty:
+        lines.append(
+            f"Runs disagree (their projections more than {RUNS_DISAGREE:.0%} apart): "
+            + "; ".join(
+                f"{row['configuration']} {duration_text(row['_low'])} to {duration_text(row['_high'])} over "
+                f"{row['runs']} runs"
+                for _, row in apart.iterrows()
+            )
+            + ". Each figure is the runs' median; more runs narrow it."
+        )
     if frame["_packed"].any():
         lines.append(f"Packing: {PACKING_CAVEAT}.")
     return lines

@@ -84,6 +84,12 @@ def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFr
             row["measured: trains up to"] = found.get("frontier")
             row["measured: runs out of memory at"] = found.get("first_oom")
             row["agrees"] = _agrees(fits, runs_out, found.get("frontier"), found.get("first_oom"))
+            if row["agrees"] == "yes" and _flagged(found.get("borderline")):
+                # the claimed size trains only within the memory the run held outside the allocator of the cap
+                row["agrees"] = (
+                    f"yes, borderline (the last fit within {found['cap_headroom_gib']:.2f} GiB of the cap; "
+                    f"{found['outside_allocator_gib']:.2f} GiB outside the allocator)"
+                )
         else:
             row["measured: trains up to"] = row["measured: runs out of memory at"] = None
             row["agrees"] = "not searched"
@@ -94,6 +100,11 @@ def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFr
         {"setting": key, "claim": value, "this frontier": setup.get(key, "")} for key, value in claim.setup.items()
     ]
     return pd.DataFrame(rows), pd.DataFrame(setups)
+
+
+def _flagged(value: object) -> bool:
+    """A flag of the frontier table that is set (not False, None or NaN)."""
+    return bool(pd.notna(value) and value)
 
 
 def _agrees(fits: int | None, runs_out: int | None, frontier: object, first_oom: object) -> str:

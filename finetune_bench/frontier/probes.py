@@ -34,6 +34,7 @@ def probe_outcome(result: RunResult) -> ProbeOutcome:
         peak_reserved_bytes=result.metrics.get("peak_reserved_bytes"),
         peak_allocated_bytes=result.metrics.get("peak_allocated_bytes"),
         nvml_process_peak_bytes=result.metrics.get("nvml_process_peak_bytes"),
+        outside_allocator_peak_bytes=result.metrics.get("outside_allocator_peak_bytes"),
         process_peak_rss_bytes=result.metrics.get("process_peak_rss_bytes"),
         error_tail=result.error_tail,
         environment=dict(result.environment),

@@ -24,6 +24,7 @@ from finetune_bench.frontier.search import (
     PROBE_FAILED,
     REACHED_CAP,
     FrontierResult,
+    Probe,
     frontier_probe,
 )
 from finetune_bench.frontier.settings import (
@@ -36,6 +37,7 @@ from finetune_bench.frontier.settings import (
     arm_overrides,
 )
 from finetune_bench.inputs.arms import BASELINE
+from finetune_bench.prediction.gpus import usable_bytes
 from finetune_bench.reporting.benchmark_report import CPU_WARNING, ENVIRONMENT_KEYS, grid_report
 from finetune_bench.reporting.benchmark_tabs.environment import KEY_ENVIRONMENT
 from finetune_bench.reporting.benchmark_tabs.measured import (
@@ -67,6 +69,7 @@ _MEMORY_COLUMNS = {
     "peak_reserved_bytes": "peak_reserved_gib",
     "peak_allocated_bytes": "peak_allocated_gib",
     "nvml_process_peak_bytes": "nvml_process_peak_gib",
+    "outside_allocator_peak_bytes": "outside_allocator_gib",
     "process_peak_rss_bytes": "process_peak_rss_gib",
 }
 
@@ -120,6 +123,7 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
         if at_frontier is not None:
             row.update({column: _gib(getattr(at_frontier, key)) for key, column in _MEMORY_COLUMNS.items()})
         row["gpu_memory_gib"] = gpu_memory_gib(result.environment)
+        row["cap_headroom_gib"] = cap_headroom_gib(result.environment, at_frontier)
         row["reason"] = result.reason
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -129,10 +133,43 @@ def frontier_table(searches: list[FrontierSearch], results: list[FrontierResult 
             table[column] = None
     for column in integers:
         table[column] = table[column].astype("Int64")
-    for column in ("device_seconds", "gpu_memory_gib", *_MEMORY_COLUMNS.values()):
+    for column in ("device_seconds", "gpu_memory_gib", "cap_headroom_gib", *_MEMORY_COLUMNS.values()):
+        if column not in table:
+            table[column] = None
         table[column] = table[column].astype(float)
     table["peak_reserved_share_of_gpu"] = table["peak_reserved_gib"] / table["gpu_memory_gib"]
+    # measured only under a cap, with the memory outside the allocator known
+    known = table["cap_headroom_gib"].notna() & table["outside_allocator_gib"].notna()
+    borderline = table["cap_headroom_gib"] < table["outside_allocator_gib"]
+    table["borderline"] = pd.Series(
+        [bool(b) if k else None for b, k in zip(borderline, known, strict=True)], dtype=object
+    )
     return table
+
+
+def cap_headroom_gib(environment: dict[str, str], at_frontier: Probe | None) -> float | None:
+    """Under a memory cap (`gpu_memory_cap_gib`, a smaller card emulated): what torch's cap left above the frontier's
+    last fit (the cap less its peak reserve), in GiB; None without a cap or a fit. A frontier whose headroom is less
+    than the memory its run held outside the allocator (`outside_allocator_gib`) is borderline: the cap allows for
+    `catalog.CUDA_CONTEXT_BYTES` outside torch, and the run needed more, so on a real card of that size the fit may
+    run out of memory."""
+    cap = environment.get("gpu_memory_cap_gib")
+    if not cap or at_frontier is None or at_frontier.peak_reserved_bytes is None:
+        return None
+    return (usable_bytes(float(cap) * GIB) - at_frontier.peak_reserved_bytes) / GIB
+
+
+def borderline_note(row: Any) -> str:
+    """Why a frontier is borderline ("" where it is not): its headroom under the cap and the memory outside the
+    allocator it lies within."""
+    flag = getattr(row, "borderline", None)
+    if not (pd.notna(flag) and bool(flag)):
+        return ""
+    return (
+        f"borderline: its last fit came within {row.cap_headroom_gib:.2f} GiB of the cap, and the run held "
+        f"{row.outside_allocator_gib:.2f} GiB outside torch's allocator: on a real {row.gpu_memory_gib:g} GiB card "
+        "it may run out of memory"
+    )
 
 
 def probes_table(results: list[FrontierResult | None]) -> pd.DataFrame:
@@ -199,10 +236,11 @@ def _ratio_note(arm_name: str, arm_status: str, baseline_status: str) -> str:
 def frontier_text(row: Any) -> str:
     """A frontier as a reader should take it: exact (and the size that runs out of memory), a lower bound, or none."""
     size = SIZE_NAMES.get(row.dimension, "size")
+    borderline = f"; {borderline_note(row)}" if borderline_note(row) else ""
     if row.status == FOUND:
-        return f"{row.frontier} ({size} {row.first_oom} runs out of memory)"
+        return f"{row.frontier} ({size} {row.first_oom} runs out of memory{borderline})"
     if row.status == REACHED_CAP:
-        return f"≥ {row.frontier} (reached the cap)"
+        return f"≥ {row.frontier} (reached the cap{borderline})"
     if row.status == PROBE_FAILED:
         return f"≥ {row.frontier} (search stopped: a probe kept failing)" if pd.notna(row.frontier) else "unknown"
     if row.status == NOTHING_FITS:
@@ -331,10 +369,11 @@ def probes_figure(
 # what it found) and why last, where it has room to wrap; every column is behind the table's toggle (and in the CSVs).
 # The memory columns are shown where some row has a value (a CPU run's probes measure host memory only).
 FRONTIER_COLUMNS = ["arm", "dimension", "status", "frontier", "first_oom", "at", "predicted_frontier",
-                    *_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu", "reason"]  # fmt: skip
+                    *_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu", "cap_headroom_gib", "borderline",
+                    "reason"]  # fmt: skip
 PROBE_COLUMNS = ["arm", "dimension", "value", "status", "phase", "attempt", "at", "wall_time_s",
                  *_MEMORY_COLUMNS.values(), "reason"]  # fmt: skip
-_SHOWN_IF_MEASURED = {*_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu"}
+_SHOWN_IF_MEASURED = {*_MEMORY_COLUMNS.values(), "peak_reserved_share_of_gpu", "cap_headroom_gib", "borderline"}
 
 
 def _shown(table: pd.DataFrame, columns: list[str]) -> list[str]:

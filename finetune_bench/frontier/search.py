@@ -57,6 +57,8 @@ class ProbeOutcome:
     peak_reserved_bytes: float | None = None
     peak_allocated_bytes: float | None = None
     nvml_process_peak_bytes: float | None = None
+    # GPU memory outside torch's allocator at its most (`measuring.gpu.NvmlPeakSampler`)
+    outside_allocator_peak_bytes: float | None = None
     process_peak_rss_bytes: float | None = None
     error_tail: str = ""
     environment: dict[str, str] = field(default_factory=dict)
@@ -78,6 +80,7 @@ _MEASURED = (
     "peak_reserved_bytes",
     "peak_allocated_bytes",
     "nvml_process_peak_bytes",
+    "outside_allocator_peak_bytes",
     "process_peak_rss_bytes",
     "error_tail",
     "measured_at",
@@ -100,6 +103,7 @@ class Probe:
     peak_reserved_bytes: float | None = None
     peak_allocated_bytes: float | None = None
     nvml_process_peak_bytes: float | None = None
+    outside_allocator_peak_bytes: float | None = None
     process_peak_rss_bytes: float | None = None
     error_tail: str = ""
     measured_at: str = ""

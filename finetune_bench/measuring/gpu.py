@@ -92,7 +92,10 @@ class NvmlPeakSampler:
 
     Reports this process's peak when NVML lists it (`nvml_process_peak_bytes`); inside a container
     whose PID namespace hides it, the device's peak used memory over the run instead
-    (`nvml_device_used_peak_bytes`, which includes any other process on the GPU).
+    (`nvml_device_used_peak_bytes`, which includes any other process on the GPU). With either, what lay outside
+    torch's caching allocator at its most (`outside_allocator_peak_bytes`): at each sample the driver's figure less
+    what the allocator had reserved at that moment. A memory cap (`running.allocator.cap_memory`) leaves torch the
+    card's memory less a fixed allowance for this; the figure says how much the run really needed beside torch's.
     """
 
     def __init__(self, device: "torch.device", interval_s: float = 0.05):
@@ -101,16 +104,26 @@ class NvmlPeakSampler:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._paused = threading.Event()
+        self._device = device
         self.process_peak: int | None = None
         self.device_peak = 0
+        self.outside_peak: int | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
+        import torch
+
+        reserved = torch.cuda.memory_reserved(self._device)
         pid = os.getpid()
+        process = None
         for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
             if proc.pid == pid and proc.usedGpuMemory is not None:
-                self.process_peak = max(self.process_peak or 0, int(proc.usedGpuMemory))
-        self.device_peak = max(self.device_peak, int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used))
+                process = int(proc.usedGpuMemory)
+                self.process_peak = max(self.process_peak or 0, process)
+        used = int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        self.device_peak = max(self.device_peak, used)
+        outside = (process if process is not None else used) - reserved
+        self.outside_peak = max(self.outside_peak if self.outside_peak is not None else outside, outside)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -132,6 +145,7 @@ class NvmlPeakSampler:
         self._stop.set()
         self._thread.join()
         self.sample()
+        outside = {"outside_allocator_peak_bytes": float(max(self.outside_peak, 0))}
         if self.process_peak is not None:
-            return {"nvml_process_peak_bytes": float(self.process_peak)}
-        return {"nvml_device_used_peak_bytes": float(self.device_peak)}
+            return {"nvml_process_peak_bytes": float(self.process_peak), **outside}
+        return {"nvml_device_used_peak_bytes": float(self.device_peak), **outside}

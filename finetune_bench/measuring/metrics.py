@@ -342,6 +342,20 @@ _TABLE = (
         "the GPU's used memory peak (where processes are hidden)",
         "nvml_device_used_peak_gib",
     ),
+    _bytes(
+        "outside_allocator_peak_bytes",
+        MAX,
+        "GPU memory outside torch's allocator at its most: the driver's figure less the allocator's reserve at the"
+        " same moment (CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers)",
+        "outside_allocator_peak_gib",
+    ),
+    _bytes(
+        "outside_allocator_peak_bytes_spread",
+        DERIVED,
+        "largest less smallest rank's memory outside the allocator",
+        "outside_allocator_peak_spread_gib",
+        SEVERAL_GPUS,
+    ),
     Metric("final_loss", "nats", RANK0, "training loss of the last logged step"),
     Metric("initial_eval_loss", "nats", RANK0, "held-out loss before the first step"),
     Metric("final_eval_loss", "nats", RANK0, "held-out loss after the last evaluation"),

@@ -162,8 +162,9 @@ def test_runs_without_jit_figures_are_warm():
     assert not marked[COLD].any() and marked[COUNTED].all()
 
 
-def _remedy_grid(tmp_path: Path):
-    """arm × packing × pad_to_multiple_of on rows of 3 lengths; each configuration's steps at its own speed."""
+def _remedy_grid(tmp_path: Path, second_run_as_configured: float = 1.0):
+    """arm × packing × pad_to_multiple_of on rows of 3 lengths; each configuration's steps at its own speed (the
+    configuration as configured's second run `second_run_as_configured` times as slow as its first)."""
     args = TrainingArgs(
         backend="plain_loop", per_device_train_batch_size=4, timing_warmup_steps=1, max_steps=6, max_seq_length=128
     )
@@ -175,6 +176,8 @@ def _remedy_grid(tmp_path: Path):
         seconds = (
             (0.2 if not t.packing else 0.08) * (0.9 if t.arm == "liger" else 1.0) * (0.7 if t.pad_to_multiple_of else 1)
         )
+        if t.arm == "baseline" and not t.packing and not t.pad_to_multiple_of and run.run_number == 1:
+            seconds *= second_run_as_configured
         path = tmp_path / f"{run.condition_id}-{run.run_number}.csv".replace("=", "_").replace(",", "_")
         _steps_csv(path, seconds, None)
         files[(run.condition_id, run.run_number)] = str(path)
@@ -205,6 +208,16 @@ def test_the_remedies_are_ranked_by_the_fine_tunes_time_and_the_console_says_whi
     alone = lines[1].split("each change alone: ")[1]
     assert alone.index("packing True") < alone.index("pad_to_multiple_of 64") < alone.index("liger ")
     assert lines[2].startswith("Packing: packing puts several examples in one row")
+
+
+def test_the_console_says_where_a_configuration_s_runs_disagree(tmp_path):
+    _, analysis = _remedy_grid(tmp_path, second_run_as_configured=1.2)
+    lines = headline(analysis)
+    disagree = [line for line in lines if line.startswith("Runs disagree")]
+    assert len(disagree) == 1, lines
+    assert "(their projections more than 5% apart): as configured" in disagree[0]
+    assert "over 2 runs. Each figure is the runs' median" in disagree[0]
+    assert "packing" not in disagree[0]  # the runs of every other configuration agree
 
 
 def test_flash_attention_with_padded_generated_batches_is_refused_at_planning():

@@ -493,7 +493,9 @@ def test_smoke_yaml_is_the_embedded_default():
         assert inputs[key] == defaults[key]
 
 
-@pytest.mark.parametrize("name", ["frontier_llama1b_2048", "frontier_llama1b_4096", "frontier_phi3_512"])
+@pytest.mark.parametrize(
+    "name", ["frontier_llama1b_2048", "frontier_llama1b_4096", "frontier_phi3_512", "frontier_llama1b_a100_40gb"]
+)
 def test_gpu_inputs_are_valid(name):
     inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / f"{name}.yaml").read_text())
     searches = plan_searches(
@@ -502,10 +504,10 @@ def test_gpu_inputs_are_valid(name):
         BatchSizeSearch(**inputs["batch_size_search"]),
         SeqLengthSearch(**inputs.get("seq_length_search", {})),
         ProbeSettings(**inputs["probes"]),
-        inputs["n_runs"],
+        inputs.get("n_runs", 1),
     )
     assert {s.arm.arm for s in searches} == {"liger", "baseline"}
-    assert inputs["measure_throughput"] is True
+    assert inputs["measure_throughput"] is ("a100" not in name)  # the capped one answers what fits, not how fast
 
 
 def test_dynamic_body_compiles_to_a_map_over_every_search():
