@@ -5,6 +5,7 @@
 The meaning of each field is the comment above it in its dataclass; a test fails when the page is stale.
 """
 
+import dataclasses
 import inspect
 import re
 import sys
@@ -12,8 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from finetune_bench.frontier.settings import BatchSizeSearch, FrontierArm, ProbeSettings, SeqLengthSearch
+from finetune_bench.frontier.settings import (
+    BatchSizeSearch,
+    FrontierArm,
+    ProbeSettings,
+    SeqLengthSearch,
+    ThroughputRuns,
+)
+from finetune_bench.inputs.plan import PredictionTarget, RunSettings
 from finetune_bench.inputs.reference import section_reference
+from finetune_bench.inputs.rules import field_scope
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, axis_names
 from finetune_bench.kernels.settings import KernelBenchmarkSettings
 
@@ -26,14 +35,17 @@ def _type_name(annotation: Any) -> str:
     return re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", str(annotation)).replace(" | ", " or ")
 
 
-def workflow_inputs(function: Callable[..., Any]) -> str:
-    """A workflow's top-level inputs: name, type and default, from its signature."""
-    rows = ["| input | type | default |", "|---|---|---|"]
+def workflow_inputs(function: Callable[..., Any], *declared_in: type) -> str:
+    """A workflow's top-level inputs: name, type and default, from its signature; and where each acts, as the
+    settings dataclasses `declared_in` declare it (blank: an input that is not a setting of its own, such as a
+    section or `dry_run`)."""
+    scopes = {f.name: scope.where for cls in declared_in for f in dataclasses.fields(cls) if (scope := field_scope(f))}
+    rows = ["| input | type | default | acts |", "|---|---|---|---|"]
     for name, parameter in inspect.signature(function).parameters.items():
         annotation = getattr(parameter.annotation, "__name__", None) or _type_name(parameter.annotation)
         default = parameter.default
         shown = "(the section above)" if hasattr(default, "__dataclass_fields__") else f"`{default!r}`"
-        rows.append(f"| `{name}` | {annotation} | {shown} |")
+        rows.append(f"| `{name}` | {annotation} | {shown} | {scopes.get(name, '')} |")
     return "\n".join(rows) + "\n"
 
 
@@ -57,10 +69,10 @@ def render() -> str:
         f"Sweepable axes, each a list of values of the `training_args` field of the same name: {axes}.\n",
         "## benchmarking_experiment (workflows/benchmark.py)\n",
         inspect.getdoc(benchmarking_experiment._workflow_function) + "\n\n",
-        workflow_inputs(benchmarking_experiment._workflow_function),
+        workflow_inputs(benchmarking_experiment._workflow_function, RunSettings, PredictionTarget),
         "## memory_frontier (workflows/frontier.py)\n",
         inspect.getdoc(memory_frontier._workflow_function) + "\n\n",
-        workflow_inputs(memory_frontier._workflow_function),
+        workflow_inputs(memory_frontier._workflow_function, ThroughputRuns, RunSettings),
         section_reference(FrontierArm, "arms[] (memory_frontier)"),
         section_reference(BatchSizeSearch, "batch_size_search (memory_frontier)"),
         section_reference(SeqLengthSearch, "seq_length_search (memory_frontier)"),

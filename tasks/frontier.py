@@ -16,16 +16,18 @@ from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.claims import check_claim
-from finetune_bench.frontier.guide import memory_guide
+from finetune_bench.frontier.guide import search_guide
 from finetune_bench.frontier.predicted import (
     check_first_probes,
+    check_frontier_prediction,
     frontier_plan_report,
     plan_lines,
     predicted_frontiers,
+    probe_target,
 )
 from finetune_bench.frontier.probes import child_probe
 from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table, what_was_measured
-from finetune_bench.frontier.search import FrontierResult, Guide, failed_searches, search_frontier, search_line
+from finetune_bench.frontier.search import FrontierResult, failed_searches, search_frontier, search_line
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
     FrontierArm,
@@ -43,8 +45,7 @@ from finetune_bench.inputs.machine import check_cap_fits_target
 from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, PredictionTarget, RunSettings
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
-from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
-from finetune_bench.prediction.grid import Target, check_plan_settings, target_gpu
+from finetune_bench.prediction.grid import target_gpu
 from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
@@ -106,14 +107,25 @@ def plan_frontier(
         lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
         lambda: check_output_locations(results_store),
         lambda: check_wandb_key(dry_run or not measure_throughput),  # the probes log nothing
-        lambda: check_throughput_settings(measure_throughput, n_runs, force_fresh, results_store),
+        lambda: check_throughput_settings(
+            measure_throughput,
+            n_runs,
+            force_fresh,
+            results_store,
+            condition_timeout_s,
+            min_success_ratio,
+            batch_size_search,
+        ),
     )
     checked(  # what needs the searches: the GPUs they run on, and their first probes against the memory model
         lambda: None,
         lambda: None if dry_run else check_gpus_here([training_args]),
         lambda: None if dry_run else check_nodes_here(no_axes(), training_args),
         lambda: check_cap_fits_target([training_args], target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))),
-        lambda: check_first_probes(searches, probe_target(gpu_kind, gpu_memory_gib, dry_run)),
+        lambda: check_first_probes(
+            searches,
+            probe_target(gpu_kind, gpu_memory_gib, predicted_accelerator(""), not dry_run and not for_a_cluster()),
+        ),
         lambda: check_claim(claim, searches),
         lambda: software.check_all([training_args.software_set], "training_args.software_set"),
     )
@@ -125,26 +137,11 @@ def plan_frontier(
     return FrontierPlan(searches, execution)
 
 
-def probe_target(gpu_kind: str, gpu_memory_gib: float, dry_run: bool) -> Target:
-    """The GPU the probes will run on, as planning knows it: a local run's own GPU (where one is visible), else the
-    dry run's target or, on a cluster, the train tasks' accelerator."""
-    if not dry_run and not for_a_cluster():
-        memory = gpu_memory_bytes()
-        if memory:
-            return Target(name=gpu_names()[0], memory_bytes=memory, peak_tflops=None, assumed_mfu=None)
-    return target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(""))
-
-
 def throughput_notes(results_store: str) -> list[str]:
     """What a cluster execution will not keep of the throughput runs at the frontiers, in the benchmark's words
     (`tasks.execution.cluster_notes`: an empty `results_store` leaves them on their train pods' disks); none
     locally. The searches keep nothing anyway: their probes always run afresh."""
     return [f"the throughput runs: {note}" for note in cluster_notes(results_store)]
-
-
-def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
-    """The GPU a dry run predicts for (no price: the frontier has none)."""
-    check_plan_settings(gpu_kind, gpu_memory_gib, 0.0)
 
 
 @task(
@@ -179,15 +176,6 @@ def search_work_dir() -> Path:
     """A directory of one search's probes (unique per search: locally, every item of a map task shares one working
     directory)."""
     return Path(tempfile.mkdtemp(prefix="frontier-", dir=current_context().working_directory))
-
-
-def search_guide(search: FrontierSearch, model_path: Path) -> Guide | None:
-    """The memory model's guide of `search` on this machine's GPU (its `gpu_memory_cap_gib` where set), or None (the
-    log says why: the search then doubles)."""
-    guide, unguided = memory_guide(search, gpu_memory_bytes(), model_path)
-    if guide is None:
-        logger.info("%s: doubling search (not guided: %s)", search.dimension, unguided)
-    return guide
 
 
 @task(container_image=analysis_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)

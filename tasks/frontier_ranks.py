@@ -6,18 +6,20 @@ Imported only where the training image runs (the frontier's dynamic node, the ta
 task needs torch.
 """
 
+import functools
 import itertools
 from pathlib import Path
 
 from flytekit import PythonFunctionTask, task
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.frontier.guide import search_guide
 from finetune_bench.frontier.ranks import search_on_ranks
 from finetune_bench.frontier.search import FrontierResult
 from finetune_bench.frontier.settings import FrontierSearch
 from finetune_bench.inputs.catalog import GPUS_PER_NODE, NODE_COUNTS
 from images import training_image
-from tasks.frontier import log_search_end, search_guide, search_memory_frontier, search_work_dir
+from tasks.frontier import log_search_end, search_memory_frontier, search_work_dir
 from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, train_resources
 from tasks.train_ranks import RanksElastic
 
@@ -31,7 +33,7 @@ def search_ranks_of_frontier(
         search,
         fetch_sources=lambda: (Path(dataset_dir.download()), Path(model_dir.download())),
         work_dir=search_work_dir(),
-        guide=lambda model_path: search_guide(search, model_path),
+        guide=functools.partial(search_guide, search),
     )
     if result is not None:
         log_search_end(result)

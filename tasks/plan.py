@@ -11,14 +11,22 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
+from finetune_bench.inputs import machine
 from finetune_bench.inputs.arms import component_notes
 from finetune_bench.inputs.errors import Problems, SpecError
-from finetune_bench.inputs.machine import check_cap_fits_target, machine_problems
-from finetune_bench.inputs.plan import BenchmarkPlan, PredictionTarget, RunSettings, plan_runs
-from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
+from finetune_bench.inputs.machine import check_cap_fits_target
+from finetune_bench.inputs.plan import (
+    BenchmarkPlan,
+    PredictionTarget,
+    RunSettings,
+    Workload,
+    check_workflow_settings_act,
+    plan_runs,
+)
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.inputs.validation import check_writable_location, validate_run_settings
 from finetune_bench.prediction import gpus
-from finetune_bench.prediction.fine_tune import check_fine_tune
+from finetune_bench.prediction.fine_tune import check_fine_tune, check_fine_tune_fills
 from finetune_bench.prediction.gpus import accelerator_name
 from finetune_bench.prediction.grid import (
     GridEstimate,
@@ -37,7 +45,7 @@ from tasks.execution import cluster_notes, on_cluster
 from tasks.inputs_yaml import inputs_file_argument
 from tasks.registration import ANALYSIS_RESOURCES, REGISTERED_ACCELERATOR, REGISTRATION_ENV, WANDB_SECRETS
 from tasks.software_images import imaged_sets, imaged_sets_env
-from tasks.wandb_runs import require_wandb_answers, require_wandb_key
+from tasks.wandb_flyte import require_wandb_answers, require_wandb_key
 
 T = TypeVar("T")
 
@@ -56,7 +64,7 @@ PLANNING_TASK = dict(
 def check_wandb_key(dry_run: bool) -> None:
     """At planning, on a cluster, with WANDB_ENTITY registered: the W&B secret can be read and the W&B server answers,
     so that a missing key or an unreachable server stops the execution before any GPU time
-    (`tasks.wandb_runs.require_wandb_key`, `require_wandb_answers`), both said at once. A dry run logs nothing."""
+    (`tasks.wandb_flyte.require_wandb_key`, `require_wandb_answers`), both said at once. A dry run logs nothing."""
     if dry_run:
         return
     problems = Problems()
@@ -112,13 +120,15 @@ def plan_benchmark(
         lambda: check_wandb_key(dry_run),
         lambda: None if dry_run else check_nodes_here(experiment_args, training_args),  # a dry run waits for none
     )
+    conditions = [run.training_args for run in runs if not run.refused]
+    target = target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(accelerator))
+    workload = Workload.of(conditions, gpu_here(), target_gpu=dry_run and bool(target.name or target.memory_bytes))
     checked(
         lambda: None,
-        lambda: None if dry_run else check_gpus_here([run.training_args for run in runs if not run.refused]),
-        lambda: check_cap_fits_target(
-            [run.training_args for run in runs],
-            target_gpu(gpu_kind, gpu_memory_gib, predicted_accelerator(accelerator)),
-        ),
+        lambda: None if dry_run else check_gpus_here(conditions),
+        lambda: check_cap_fits_target([run.training_args for run in runs], target),
+        lambda: check_workflow_settings_act([execution, prediction], workload),
+        lambda: check_fine_tune_fills(conditions, fine_tune_epochs, fine_tune_steps),
     )
     plan = BenchmarkPlan(runs, execution, prediction)
     estimate = estimate_plan(plan)
@@ -135,36 +145,31 @@ def plan_benchmark(
 
 def check_gpus_here(conditions: list[TrainingArgs]) -> None:
     """A local run (`pyflyte run` without `--remote`) trains on this machine's GPUs: what could only fail on them is
-    refused (`preflight.machine_problems`). On a cluster the pods ask for theirs (`tasks.execution.on_cluster`); a
-    dry run trains nothing."""
+    refused (`finetune_bench.inputs.machine.check_gpus_here`). On a cluster the pods ask for theirs
+    (`tasks.execution.on_cluster`); a dry run trains nothing."""
     if for_a_cluster():
         return
     from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 
-    problems = machine_problems(conditions, gpu_names(), gpu_memory_bytes())
-    if problems:
-        raise SpecError(*problems)
+    machine.check_gpus_here(conditions, gpu_names(), gpu_memory_bytes())
+
+
+def gpu_here() -> bool:
+    """Whether `device: auto` trains on a GPU: on a cluster the train tasks' pods have one; locally, where this
+    machine has one."""
+    if for_a_cluster():
+        return True
+    from finetune_bench.measuring.gpu import gpu_names
+
+    return bool(gpu_names())
 
 
 def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:
-    """A local run (`pyflyte run` without `--remote`) has this one machine: a condition on several nodes would wait
-    for nodes that never come. On a cluster (this task in a pod, `tasks.execution.on_cluster`) they are asked for."""
-    swept = experiment_args.num_nodes if isinstance(experiment_args.num_nodes, list) else []
-    given = (
-        [("training_args.num_nodes", training_args.num_nodes)] if "num_nodes" not in swept_axes(experiment_args) else []
-    )
-    given += [("experiment_args.num_nodes", value) for value in swept]
-    several = [(key, n) for key, n in given if isinstance(n, int) and not isinstance(n, bool) and n > 1]
-    if not several or on_cluster():
-        return
-    raise SpecError(
-        *(
-            f"{key} {n}: this is a local run (pyflyte run without --remote), which has this one machine, and a "
-            f"condition on {n} nodes would wait for nodes that never come; run it on a cluster (union run --remote), "
-            "set num_nodes 1 (num_gpus GPUs of this machine), or plan it with dry_run: true"
-            for key, n in several
-        )
-    )
+    """A local run (`pyflyte run` without `--remote`) has this one machine: a condition on several nodes is refused
+    (`finetune_bench.inputs.machine.check_nodes_here`). On a cluster (this task in a pod, `tasks.execution.on_cluster`)
+    they are asked for."""
+    if not on_cluster():
+        machine.check_nodes_here(experiment_args, training_args)
 
 
 def estimate_plan(plan: BenchmarkPlan) -> GridEstimate:

@@ -25,7 +25,7 @@ from tasks.registration import (
     TRAIN_RESOURCES,
     WANDB_SECRETS,
 )
-from tasks.wandb_runs import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
+from tasks.wandb_flyte import add_wandb_link_to_map_tasks, log_to_wandb, with_wandb_link
 
 logger = logging.getLogger(__name__)
 

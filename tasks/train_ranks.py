@@ -35,7 +35,7 @@ from images import training_image
 from tasks.records import TrainOutput
 from tasks.registration import REGISTRATION_ENV, TRAIN_ACCELERATOR, WANDB_SECRETS, train_resources
 from tasks.train import logged_output, source_versions, train_condition
-from tasks.wandb_runs import add_wandb_link_to_map_tasks, with_wandb_link
+from tasks.wandb_flyte import add_wandb_link_to_map_tasks, with_wandb_link
 
 
 @dataclasses.dataclass

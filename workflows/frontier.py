@@ -10,6 +10,7 @@ from functools import partial
 from flytekit import conditional, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.frontier.predicted import check_frontier_prediction
 from finetune_bench.frontier.search import FrontierResult
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
@@ -30,7 +31,6 @@ from tasks.dynamic import dynamic_node
 from tasks.frontier import (
     FrontierOutputs,
     FrontierPlan,
-    check_frontier_prediction,
     plan_frontier,
     plan_frontier_throughput,
     report_frontier,

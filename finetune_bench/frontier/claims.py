@@ -3,14 +3,19 @@ questions asked of what the searches measured.
 
 An inputs file names one with the workflow's `claim` input (`CLAIMS`' keys); the report then sets the claim and the
 measurement side by side, with the claim's setup beside the searches' so that every difference shows
-(`claim_tables`). A claim is about one searched dimension: the search of that dimension must run."""
+(`claim_tables`, shown by the report's section `claim_html`). A claim is about one searched dimension: the search of
+that dimension must run."""
 
+import html
 from dataclasses import dataclass
 
 import pandas as pd
 
 from finetune_bench.frontier.settings import SEARCH_SECTIONS, SEQ_LENGTH, FrontierSearch
+from finetune_bench.frontier.simulated import SIMULATED
+from finetune_bench.frontier.tables import for_display
 from finetune_bench.inputs.errors import SpecError, closest
+from finetune_bench.reporting.html import wrapping_table_html
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,22 @@ def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFr
         {"setting": key, "claim": value, "this frontier": setup.get(key, "")} for key, value in claim.setup.items()
     ]
     return pd.DataFrame(rows), pd.DataFrame(setups)
+
+
+def claim_html(name: str, searches: list[FrontierSearch], frontiers: pd.DataFrame, simulated: bool) -> str:
+    """The claim named `name` beside what the searches measured, and its setup beside theirs."""
+    claim = CLAIMS[name]
+    claimed, setups = claim_tables(name, searches, frontiers)
+    note = f" ({SIMULATED}: this checks the report, not the claim)" if simulated else ""
+    return (
+        f"<h3>The claim and the measurement</h3><p>{html.escape(claim.source)}: “{html.escape(claim.statement)}” "
+        f"Along {html.escape(claim.dimension)}: what it says of each arm, and what the searches measured"
+        f"{html.escape(note)}. agrees: the size claimed to train trains here, and the size claimed to run out of "
+        "memory is at or above the first size that ran out here.</p>"
+        + wrapping_table_html(for_display(claimed))
+        + "<p>The setups: the claim's as its source states it, this frontier's from its settings.</p>"
+        + wrapping_table_html(setups)
+    )
 
 
 def _flagged(value: object) -> bool:

@@ -8,14 +8,18 @@ full; the first probe starts `FSDP2_GUIDE_MARGIN` below the predicted frontier, 
 within 1.2 % of every FSDP2 probe measured (docs/prediction.md)."""
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from finetune_bench.frontier.search import Guide
 from finetune_bench.frontier.settings import FrontierSearch
+from finetune_bench.measuring.gpu import gpu_memory_bytes
 from finetune_bench.prediction.gpus import emulated_memory_bytes, usable_bytes
 from finetune_bench.prediction.grid import sequences_full, shape_of
 from finetune_bench.prediction.memory import MemoryPrediction, predict_memory
 from finetune_bench.prediction.shapes import NoPrediction
+
+logger = logging.getLogger(__name__)
 
 # How far below its predicted frontier a guided FSDP2 search starts (the model's band there, see the docstring).
 FSDP2_GUIDE_MARGIN = 0.03
@@ -54,3 +58,12 @@ def memory_guide(
         guide = Guide(predict, limit, predict_allocated, margin=FSDP2_GUIDE_MARGIN, by_allocated=True)
         return guide, ""
     return Guide(predict=predict, limit_bytes=limit, predict_allocated=predict_allocated), ""
+
+
+def search_guide(search: FrontierSearch, model_path: Path) -> Guide | None:
+    """The memory model's guide of `search` on this machine's GPU (its `gpu_memory_cap_gib` where set), or None (the
+    log says why: the search then doubles)."""
+    guide, unguided = memory_guide(search, gpu_memory_bytes(), model_path)
+    if guide is None:
+        logger.info("%s: doubling search (not guided: %s)", search.dimension, unguided)
+    return guide

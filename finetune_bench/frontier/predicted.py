@@ -1,5 +1,6 @@
 """The frontier workflow's dry run: where the memory model puts each search's frontier on the target GPU, as a
-table, as the lines a console prints and as the plan's report."""
+table, as the lines a console prints and as the plan's report; and, at planning, the GPU the searches' first probes
+are checked against."""
 
 import dataclasses
 import html
@@ -11,15 +12,18 @@ from finetune_bench.frontier.guide import memory_guide
 from finetune_bench.frontier.search import largest_predicted_fit
 from finetune_bench.frontier.settings import SEARCH_SECTIONS, FrontierSearch, arm_name
 from finetune_bench.inputs.errors import Problems
+from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 from finetune_bench.prediction.gpus import GIB, caps_text, describe_gpu, emulated_memory_bytes, usable_bytes
 from finetune_bench.prediction.grid import (
     MARGIN,
     OOM,
     RUN_OVERHEAD_S,
     Target,
+    check_plan_settings,
     predict_condition,
     sequences_full,
     shape_of,
+    target_gpu,
 )
 from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import model_config, model_shape
@@ -90,6 +94,22 @@ def check_first_probes(searches: list[FrontierSearch], target: Target) -> None:
             f"every probe would run out of memory; lower {section}.start"
         )
     problems.raise_if_any()
+
+
+def probe_target(gpu_kind: str, gpu_memory_gib: float, accelerator: str, on_this_machine: bool) -> Target:
+    """The GPU the probes will run on, as planning knows it: where they run `on_this_machine` (a local run, not a dry
+    run), its own GPU where one is visible; else the target of `gpu_kind` or `accelerator` (the dry run's target or,
+    on a cluster, the train tasks' accelerator)."""
+    if on_this_machine:
+        memory = gpu_memory_bytes()
+        if memory:
+            return Target(name=gpu_names()[0], memory_bytes=memory, peak_tflops=None, assumed_mfu=None)
+    return target_gpu(gpu_kind, gpu_memory_gib, accelerator)
+
+
+def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
+    """The GPU a dry run predicts for (no price: the frontier has none)."""
+    check_plan_settings(gpu_kind, gpu_memory_gib, 0.0)
 
 
 # The verdicts of `predicted_frontiers`, as the totals count them (a verdict's words before its colon).

@@ -9,7 +9,17 @@ from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
-from finetune_bench.inputs.rules import check_fields, check_list, is_integer, requirement, setting
+from finetune_bench.inputs.plan import MEASURED_RUNS, RunSettings
+from finetune_bench.inputs.rules import (
+    acting_nowhere,
+    acts_everywhere,
+    acts_only,
+    check_fields,
+    check_list,
+    is_integer,
+    requirement,
+    setting,
+)
 from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
 from finetune_bench.inputs.validation import NOT_RUN, check_settings_act, validate, validate_condition
 
@@ -34,6 +44,15 @@ def flag(default: bool) -> Any:
     return setting(default, requirement(lambda v: isinstance(v, bool), "must be true or false"))
 
 
+# Where a search's own settings act: the search is the context of its scopes (`rules.acts_only`).
+WHEN_ENABLED = "with the search enabled (enabled: true)"
+
+
+def when_enabled(declared: Any) -> Any:
+    """A search's setting that acts only when the search runs."""
+    return acts_only(declared, lambda search: search.enabled, WHEN_ENABLED)
+
+
 @dataclass
 class FrontierArm(StrictFromJson):
     """One arm of the comparison: the TrainingArgs settings that distinguish it (each field is named after
@@ -46,7 +65,7 @@ class FrontierArm(StrictFromJson):
     SETS_TRAINING_ARGS = True
 
     # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
-    arm: str = "baseline"
+    arm: str = acts_everywhere("baseline")
 
 
 # The arms when an inputs file names none: Liger against the baseline.
@@ -79,9 +98,9 @@ class BatchSizeSearch(StrictFromJson):
         _enabled(self)
 
     # Search this dimension at all; the first batch size probed, and the largest one tried.
-    enabled: bool = flag(True)
-    start: int = at_least(1, minimum=1)
-    cap: int = at_least(256, minimum=1)
+    enabled: bool = acts_everywhere(flag(True))
+    start: int = when_enabled(at_least(1, minimum=1))
+    cap: int = when_enabled(at_least(256, minimum=1))
 
 
 @dataclass
@@ -94,14 +113,14 @@ class SeqLengthSearch(StrictFromJson):
         _enabled(self)
 
     # Search this dimension at all.
-    enabled: bool = flag(True)
+    enabled: bool = acts_everywhere(flag(True))
     # The per-device batch size every probe of this search trains with.
-    batch_size: int = at_least(1, minimum=1)
+    batch_size: int = when_enabled(at_least(1, minimum=1))
     # The first sequence length probed and the longest tried (both multiples of granularity).
-    start: int = at_least(1024, minimum=1)
-    cap: int = at_least(32768, minimum=1)
+    start: int = when_enabled(at_least(1024, minimum=1))
+    cap: int = when_enabled(at_least(32768, minimum=1))
     # The frontier is found to this many tokens (bisection stops when the bracket is this narrow).
-    granularity: int = at_least(256, minimum=1)
+    granularity: int = when_enabled(at_least(256, minimum=1))
 
 
 @dataclass
@@ -122,17 +141,17 @@ class ProbeSettings(StrictFromJson):
         problems.raise_if_any()
 
     # Optimizer steps per probe, and how many of them are warm-up (left out of the probe's timing).
-    max_steps: int = at_least(2, minimum=1)
-    timing_warmup_steps: int = at_least(1, minimum=0)
+    max_steps: int = acts_everywhere(at_least(2, minimum=1))
+    timing_warmup_steps: int = acts_everywhere(at_least(1, minimum=0))
     # Tries after the first for a probe that fails for another reason than memory (error, timeout).
-    retries: int = at_least(1, minimum=0)
+    retries: int = acts_everywhere(at_least(1, minimum=0))
     # Re-probes of the frontier; one that runs out of memory moves the frontier below it.
-    confirmations: int = at_least(1, minimum=0)
+    confirmations: int = acts_everywhere(at_least(1, minimum=0))
     # Seconds after which a probe is killed and counts as a timeout.
-    timeout_s: int = at_least(1800, minimum=1)
+    timeout_s: int = acts_everywhere(at_least(1800, minimum=1))
     # Start at the memory model's predicted frontier and aim each next probe where the measured memory reaches the
     # GPU's limit (docs/frontier.md); false, or where there is no prediction: doubling from the start value.
-    guided: bool = flag(True)
+    guided: bool = acts_everywhere(flag(True))
 
 
 def _check_probe_steps(probes: ProbeSettings) -> None:
@@ -170,25 +189,78 @@ class FrontierSearch:
     guided: bool = True
 
 
-def check_throughput_settings(measure_throughput: bool, n_runs: int, force_fresh: bool, results_store: str) -> None:
-    """The settings that act only on the throughput runs at the frontiers (their repeats, and the results store that
-    keeps and reuses them: probes always run afresh, once each, and are never stored) are refused where there are no
-    throughput runs, so that a user who writes them is not left believing they acted; every problem at once."""
-    if measure_throughput:
-        return
-    given = {
-        "n_runs": n_runs if n_runs != 1 else None,
-        "force_fresh": force_fresh or None,
-        "results_store": results_store or None,
-    }
-    problems = [
-        f"{name} ({value!r}) acts only on the throughput runs at the frontiers, and measure_throughput is false: "
-        f"set measure_throughput: true, or leave {name} out (probes always run afresh, once each, and are never stored)"
-        for name, value in given.items()
-        if value is not None
+@dataclass
+class ThroughputRuns:
+    """The frontier's throughput runs: whether to measure them (at each arm's batch frontier and at the largest batch
+    every arm fits) and how many repeats each; they come only from a batch-size search."""
+
+    # (false where no batch-size search runs is harmless: it turns off what would not run)
+    measure_throughput: bool = acts_only(
+        True,
+        lambda work: work.batch_search or not work.throughput_asked,
+        "with a batch-size search (batch_size_search.enabled: true)",
+    )
+    n_runs: int = acts_only(1, lambda work: work.measured_runs, MEASURED_RUNS)
+
+
+@dataclass(frozen=True)
+class FrontierWork:
+    """What the frontier runs, for the scopes of its workflow settings (`RunSettings`, `ThroughputRuns`): whether a
+    batch-size search runs, and whether throughput runs are measured (and so analysed and stored) beside the probes,
+    which are neither; on a GPU, as the probes train."""
+
+    batch_search: bool
+    measured_runs: bool
+    throughput_asked: bool = True
+    trains: bool = True
+    on_gpu: bool = True
+
+
+def check_throughput_settings(
+    measure_throughput: bool = True,
+    n_runs: int = 1,
+    force_fresh: bool = False,
+    results_store: str = "",
+    condition_timeout_s: int = 3600,
+    min_success_ratio: float = 0.1,
+    batch_size_search: "BatchSizeSearch | None" = None,
+) -> None:
+    """Refuse the frontier's workflow settings that act in nothing it runs (their scopes: `RunSettings`,
+    `ThroughputRuns`): the repeats, timeout, store and success ratio of throughput runs where none are measured
+    (`measure_throughput` false, or no batch-size search: probes always run afresh, once each, and are never
+    stored), and `measure_throughput` without a batch-size search; every problem at once."""
+    search = batch_size_search if batch_size_search is not None else BatchSizeSearch()
+    batch_search = search.enabled is True
+    asked = measure_throughput is True
+    work = FrontierWork(batch_search, measured_runs=asked and batch_search, throughput_asked=asked)
+    execution = RunSettings(
+        min_success_ratio=min_success_ratio,
+        condition_timeout_s=condition_timeout_s,
+        results_store=results_store,
+        force_fresh=force_fresh,
+    )
+    found = [
+        problem
+        for section in (ThroughputRuns(measure_throughput, n_runs), execution)
+        for problem in acting_nowhere(
+            type(section), [section], [work], lambda name: name, "this frontier measures no throughput run"
+        )
     ]
-    if problems:
-        raise SpecError(*problems)
+    if found:
+        raise SpecError(*found)
+
+
+def check_sections_act(*sections: "BatchSizeSearch | SeqLengthSearch") -> None:
+    """Refuse a search's setting given where the search does not run (`when_enabled`), naming it as its section's."""
+    found = [
+        problem
+        for section in sections
+        for problem in acting_nowhere(
+            type(section), [section], [section], lambda name, s=section: f"{s.SECTION}.{name}", "the search is disabled"
+        )
+    ]
+    if found:
+        raise SpecError(*found)
 
 
 def plan_searches(
@@ -212,6 +284,8 @@ def plan_searches(
     with problems.check():
         _check_probe_steps(probes)
     ranges: list[_Range] = []
+    with problems.check():
+        check_sections_act(batch_size_search, seq_length_search)
     with problems.check():
         if _enabled(batch_size_search):
             b = batch_size_search

@@ -1,10 +1,11 @@
 """What a local machine cannot train, checked before launch from its GPUs alone (no torch: planning imports it in
-images without one): too few GPUs, a GPU asked of a machine without one, a memory cap above the GPU."""
+images without one): too few GPUs, a GPU asked of a machine without one, a memory cap above the GPU, a condition on
+several nodes."""
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import GIB
 from finetune_bench.inputs.errors import SpecError
-from finetune_bench.inputs.settings import TrainingArgs
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 
 
 def machine_problems(conditions: list[TrainingArgs], gpu_names: list[str], gpu_memory_bytes: float | None) -> list[str]:
@@ -42,6 +43,34 @@ def machine_problems(conditions: list[TrainingArgs], gpu_names: list[str], gpu_m
         if memory and t.gpu_memory_cap_gib * GIB > memory:
             problems[memory_cap_above(t.gpu_memory_cap_gib, memory, names[0] if names else "this machine's GPU")] = None
     return list(problems)
+
+
+def check_gpus_here(conditions: list[TrainingArgs], gpu_names: list[str], gpu_memory_bytes: float | None) -> None:
+    """A run on this machine, whose GPUs are `gpu_names` (`gpu_memory_bytes` on its first): what could only fail on
+    them is refused (`machine_problems`), every problem at once."""
+    problems = machine_problems(conditions, gpu_names, gpu_memory_bytes)
+    if problems:
+        raise SpecError(*problems)
+
+
+def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:
+    """A run on this one machine (a local run, `pyflyte run` without `--remote`): a condition on several nodes would
+    wait for nodes that never come, each key that asks for them named."""
+    swept = experiment_args.num_nodes if isinstance(experiment_args.num_nodes, list) else []
+    given = (
+        [("training_args.num_nodes", training_args.num_nodes)] if "num_nodes" not in swept_axes(experiment_args) else []
+    )
+    given += [("experiment_args.num_nodes", value) for value in swept]
+    several = [(key, n) for key, n in given if isinstance(n, int) and not isinstance(n, bool) and n > 1]
+    if several:
+        raise SpecError(
+            *(
+                f"{key} {n}: this is a local run (pyflyte run without --remote), which has this one machine, and a "
+                f"condition on {n} nodes would wait for nodes that never come; run it on a cluster (union run "
+                "--remote), set num_nodes 1 (num_gpus GPUs of this machine), or plan it with dry_run: true"
+                for key, n in several
+            )
+        )
 
 
 def memory_cap_above(cap_gib: float, memory_bytes: float, gpu: str) -> str:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
+from finetune_bench.inputs.rules import acting_nowhere, acts_everywhere, acts_only
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
 from finetune_bench.inputs.validation import (
     MAX_RUNS,
@@ -49,22 +50,49 @@ class PlannedRun:
         return run_name(self.condition_id, self.run_number)
 
 
+# Where the settings that act on measured runs act, and those that act on a training run.
+MEASURED_RUNS = (
+    "where runs are measured (a benchmark grid; a frontier's throughput runs, with measure_throughput and a "
+    "batch-size search)"
+)
+TRAINS = "where a condition trains (a backend other than forward_only)"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a workflow's own settings (`RunSettings`, `PredictionTarget`) act on, for their scopes: whether it
+    measures runs (a benchmark's grid, a frontier's throughput runs; a frontier's probes are neither stored nor
+    analysed), whether any of them trains (not forward-only), and whether any runs on a GPU or a dry run predicts for
+    one."""
+
+    measured_runs: bool
+    trains: bool
+    on_gpu: bool
+
+    @classmethod
+    def of(cls, conditions: list[TrainingArgs], gpu_here: bool, target_gpu: bool = False) -> "Workload":
+        """The workload of measured runs with `conditions` (empty: none), where `gpu_here` says whether device auto
+        finds a GPU (a cluster's pods: true) and `target_gpu` whether a dry run predicts for one."""
+        on_gpu = target_gpu or any(t.device == "cuda" or (t.device == "auto" and gpu_here) for t in conditions)
+        return cls(bool(conditions), any(t.backend != "forward_only" for t in conditions), on_gpu)
+
+
 @dataclass
 class RunSettings:
     """How the planned runs are executed and analysed: the workflow's settings that every task after planning
     reads (`validate_run_settings` checks them)."""
 
     # At most this many runs train at once; the grid fails when fewer than this share of its runs end.
-    concurrency: int = 4
-    min_success_ratio: float = 0.1
-    condition_timeout_s: int = 3600
+    concurrency: int = acts_everywhere(4)
+    min_success_ratio: float = acts_only(0.1, lambda w: w.measured_runs, MEASURED_RUNS)
+    condition_timeout_s: int = acts_only(3600, lambda w: w.measured_runs, MEASURED_RUNS)
     # Where finished runs are kept and found again (empty: the default store), and whether to measure them again.
-    results_store: str = ""
-    force_fresh: bool = False
+    results_store: str = acts_only("", lambda w: w.measured_runs, MEASURED_RUNS)
+    force_fresh: bool = acts_only(False, lambda w: w.measured_runs, MEASURED_RUNS)
     # The significance level of each arm's test against the baseline.
-    alpha: float = 0.05
-    # The GPU the train tasks ask for on a cluster (empty: the one they were registered with).
-    accelerator: str = ""
+    alpha: float = acts_only(0.05, lambda w: w.measured_runs, MEASURED_RUNS)
+    # The GPU the train tasks ask for on a cluster (empty: the one they were registered with); the plan's target.
+    accelerator: str = acts_everywhere("")
 
 
 @dataclass
@@ -73,14 +101,33 @@ class PredictionTarget:
     and whether a sure out-of-memory is recorded without launching it; and the whole fine-tune the measured runs are
     projected to."""
 
-    gpu_kind: str = ""
-    gpu_memory_gib: float = 0.0
-    gpu_hour_price: float = 0.0
-    skip_predicted_oom: bool = False
+    gpu_kind: str = acts_everywhere("")
+    gpu_memory_gib: float = acts_everywhere(0.0)
+    gpu_hour_price: float = acts_only(
+        0.0,
+        lambda w: w.on_gpu,
+        "where a run trains on a GPU (training_args.device cuda, or auto where a GPU is), or a dry run predicts for "
+        "one (gpu_kind or gpu_memory_gib): a CPU's time is not priced at a GPU's rate",
+    )
+    skip_predicted_oom: bool = acts_everywhere(False)
     # The fine-tune the user plans, projected from the measured runs (`analysis.projection`): `fine_tune_steps`
     # optimizer steps, or (0) `fine_tune_epochs` passes over the training data.
-    fine_tune_epochs: float = 1.0
-    fine_tune_steps: int = 0
+    fine_tune_epochs: float = acts_only(1.0, lambda w: w.trains, TRAINS)
+    fine_tune_steps: int = acts_only(0, lambda w: w.trains, TRAINS)
+
+
+def check_workflow_settings_act(settings: list[object], workload: Workload) -> None:
+    """Refuse every workflow setting (a field of `RunSettings` or `PredictionTarget`, named as the workflow's input)
+    that is set but acts in nothing `workload` runs; every problem at once."""
+    found = [
+        problem
+        for section in settings
+        for problem in acting_nowhere(
+            type(section), [section], [workload], lambda name: name, "nothing this workflow runs qualifies"
+        )
+    ]
+    if found:
+        raise SpecError(*found)
 
 
 @dataclass

@@ -269,3 +269,40 @@ def acts_everywhere(declared: Any) -> Any:
 def field_scope(declared: dataclasses.Field) -> Scope | None:
     """Where the setting `declared` acts (`acts_only`, `acts_everywhere`); None: undeclared."""
     return declared.metadata.get(_SCOPE)
+
+
+def undeclared(cls: type) -> list[str]:
+    """The fields of the settings dataclass `cls` that declare no scope (`acts_only`, `acts_everywhere`)."""
+    return [f.name for f in dataclasses.fields(cls) if field_scope(f) is None]
+
+
+def acting_nowhere(
+    cls: type,
+    settings: Collection[Any],
+    contexts: Collection[Any],
+    key: Callable[[str], str],
+    nowhere: str = "no condition of the grid qualifies",
+) -> list[str]:
+    """One problem per field of the settings dataclass `cls` that one of `settings` (its instances: a grid's
+    conditions, or one section) sets (not its default) while its scope holds in none of `contexts` (what the scope
+    is asked about: each condition, or what a workflow runs); `key(name)` spells a field in the message, `nowhere`
+    says why nothing qualifies."""
+    problems = []
+    for declared in dataclasses.fields(cls):
+        scope = field_scope(declared)
+        if scope is None or not settings:
+            continue
+        default = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
+        values = []
+        for instance in settings:
+            value = getattr(instance, declared.name)
+            if value not in values:
+                values.append(value)
+        if values == [default] or any(scope.holds(context) for context in contexts):
+            continue
+        shown = ", ".join(repr(value) for value in values if value != default)
+        problems.append(
+            f"{key(declared.name)} {shown} acts only {scope.where}, and {nowhere}, so it would change nothing; leave "
+            f"it at its default ({default!r}) or set what it acts with"
+        )
+    return problems

@@ -36,7 +36,7 @@ from finetune_bench.inputs.locations import check_writable_location  # noqa: F40
 from finetune_bench.inputs.loss_paths import CCE_CRITERION, CCE_INSTALL_HINT, CCE_MODULE
 from finetune_bench.inputs.model_checks import lora_target_problem, position_table_problem
 from finetune_bench.inputs.model_overrides import check_model_config_overrides, config_at_planning
-from finetune_bench.inputs.rules import field_scope
+from finetune_bench.inputs.rules import acting_nowhere
 from finetune_bench.inputs.settings import (
     ExperimentArgs,
     TrainingArgs,
@@ -99,22 +99,14 @@ def check_settings_act(conditions: Sequence[TrainingArgs], swept: Collection[str
     where a setting acts is declared beside its field (`rules.acts_only`); such a setting would change nothing of
     what is measured. A setting that acts in some conditions (the one-GPU point of a GPU-count sweep) is kept. `swept`:
     the axes, named as experiment_args' in the message."""
-    problems = Problems()
-    for declared in dataclasses.fields(TrainingArgs):
-        scope = field_scope(declared)
-        if scope is None or not conditions:
-            continue
-        default = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
-        values = list(dict.fromkeys(getattr(t, declared.name) for t in conditions))
-        if values == [default] or any(scope.holds(t) for t in conditions):
-            continue
-        key = f"{'experiment_args' if declared.name in swept else 'training_args'}.{declared.name}"
-        shown = ", ".join(repr(value) for value in values if value != default)
-        problems.found.append(
-            f"{key} {shown} acts only {scope.where}, and no condition of the grid qualifies, so it would change "
-            f"nothing; leave it at its default ({default!r}) or set what it acts with"
-        )
-    problems.raise_if_any()
+    found = acting_nowhere(
+        TrainingArgs,
+        conditions,
+        conditions,
+        lambda name: f"{'experiment_args' if name in swept else 'training_args'}.{name}",
+    )
+    if found:
+        raise SpecError(*found)
 
 
 def condition_count(experiment_args: ExperimentArgs) -> int:

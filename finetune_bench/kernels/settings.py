@@ -12,7 +12,7 @@ from typing import Any
 from finetune_bench.inputs import software_sets as set_spelling
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.rules import check_fields, choice, is_integer, list_of, requirement, setting
+from finetune_bench.inputs.rules import acts_everywhere, check_fields, choice, is_integer, list_of, requirement, setting
 from finetune_bench.inputs.settings import StrictFromJson
 from finetune_bench.sources import software
 
@@ -220,6 +220,19 @@ def positive_integer(default: int) -> Any:
     return setting(default, requirement(lambda v: is_integer(v) and v > 0, "must be a positive integer"))
 
 
+# The shortest kernel sweep timeout taken: a kernel's child process starts, imports torch and Triton and compiles its
+# kernels before its first point (seconds on a GPU, more in Triton's interpreter on a CPU).
+MIN_TIMEOUT_S = 30
+
+
+def _timeout_floor(key: str, value: Any) -> None:
+    if is_integer(value) and value < MIN_TIMEOUT_S:
+        raise SpecError(
+            f"{key} {value} is in seconds: every kernel's sweep would be killed before its first point; write at "
+            f"least {MIN_TIMEOUT_S} (1800 is half an hour)"
+        )
+
+
 @dataclass
 class KernelBenchmarkSettings(StrictFromJson):
     """One kernel benchmark: every kernel of `kernels` × provider × token count × mode."""
@@ -231,35 +244,39 @@ class KernelBenchmarkSettings(StrictFromJson):
 
     # Kernels to run (empty: all of them): rms_norm, layer_norm, rope, swiglu, geglu, cross_entropy,
     # fused_linear_cross_entropy, fused_add_rms_norm, dyt, relu_squared, kl_div.
-    kernels: list[str] = setting([], list_of(str, "kernel names", "rms_norm, swiglu"), _known_kernels)
+    kernels: list[str] = acts_everywhere(setting([], list_of(str, "kernel names", "rms_norm, swiglu"), _known_kernels))
     # Whose shapes (hidden size, MLP size, vocabulary, heads): a bundled architecture (`llama-3-8b`,
     # `qwen2.5-7b`, `phi-3-mini`, `mistral-7b`, `gemma-2-2b`, ...; the names `random:` takes).
-    model: str = setting("llama-3-8b", _bundled_architecture)
+    model: str = acts_everywhere(setting("llama-3-8b", _bundled_architecture))
     # The sweep: tokens of one sequence (the x axis `T`) or rows of the flattened batch (`BT`).
-    tokens: list[int] = setting([1024, 2048, 4096, 8192], list_of(int, "token counts", "1024, 2048"), _token_counts)
+    tokens: list[int] = acts_everywhere(
+        setting([1024, 2048, 4096, 8192], list_of(int, "token counts", "1024, 2048"), _token_counts)
+    )
     # The inputs' dtype (the cross entropy's logits stay float32, as in Liger's own benchmark).
-    dtype: str = choice("bfloat16", DTYPES)
+    dtype: str = acts_everywhere(choice("bfloat16", DTYPES))
     # The passes measured: forward, backward (of one forward's output), full (both).
-    modes: list[str] = setting(list(MODES), list_of(str, "modes", "forward, full"), _known_modes)
+    modes: list[str] = acts_everywhere(setting(list(MODES), list_of(str, "modes", "forward, full"), _known_modes))
     # Also time and measure torch.compile of the reference (`torch_compile` provider).
-    compile_reference: bool = False
+    compile_reference: bool = acts_everywhere(False)
     # triton.testing.do_bench's time budgets per point: warm-up and measurement, in milliseconds.
-    warmup_ms: int = positive_integer(25)
-    rep_ms: int = positive_integer(100)
+    warmup_ms: int = acts_everywhere(positive_integer(25))
+    rep_ms: int = acts_everywhere(positive_integer(100))
     # `auto`: the GPU if there is one; on a CPU Liger's kernels run in the Triton interpreter (a check that
     # everything works; its timings mean nothing).
-    device: str = choice("auto", DEVICES)
+    device: str = acts_everywhere(choice("auto", DEVICES))
     # Seconds one kernel's whole sweep may take in its child process before it is killed.
-    timeout_s: int = positive_integer(1800)
+    timeout_s: int = acts_everywhere(setting(1800, requirement(is_integer, "must be an integer"), _timeout_floor))
     # A CSV in Liger's benchmark-data format (its benchmark/data/all_benchmark_data.csv, or what its benchmark
     # scripts write when run on your GPU), local path or URL: the report sets each measured point beside the
     # row with the same kernel, provider, mode, metric and x value ("": no comparison).
-    compare_with: str = setting("", _readable_source)
+    compare_with: str = acts_everywhere(setting("", _readable_source))
     # Liger releases (and other package releases) side by side: each a software set, package pins such as
     # "liger-kernel==0.8.2" ("" is the installed packages; see `finetune_bench.sources.software`). Every kernel's
     # sweep runs once per set, in a child that imports the set's releases; the report compares each set's Liger
     # kernel with the first set's. Empty: the installed packages only.
-    software_sets: list[str] = setting([], list_of(str, "software sets", "'', liger-kernel==0.8.2"), _software_sets)
+    software_sets: list[str] = acts_everywhere(
+        setting([], list_of(str, "software sets", "'', liger-kernel==0.8.2"), _software_sets)
+    )
 
 
 def providers(kernel: str, compile_reference: bool) -> list[str]:

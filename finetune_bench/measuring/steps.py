@@ -10,17 +10,15 @@ boundaries (`measuring.gpu.EnergyCounter`); where the counter is unknown the rec
 (`energy_unavailable`) and no energy figure is made.
 """
 
-import csv
 import gc
 import logging
 import math
-import os
 import resource
 import statistics
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,50 +30,10 @@ from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
 from finetune_bench.measuring.steady_state import TimedStep, length_histogram, steady_state
+from finetune_bench.measuring.step_table import StepRecord, write_step_table
 from finetune_bench.measuring.triton_compiles import TritonCompileCounter, compilations_text
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class StepRecord:
-    """One optimizer step: a row of the per-step table (steps.csv), its columns in this order."""
-
-    step: int
-    step_time_s: float
-    non_padding_tokens: int
-    padded_tokens: int
-    # The shapes of the step's micro-batches ("8x512"; several joined by "+"), and whether the step fed one the run
-    # had not fed before (on several GPUs: whether any rank did). See `measuring.steady_state`.
-    batch_shape: str = ""
-    new_shape: bool = False
-    model_flops: float | None = None
-    loss: float | None = None
-    # The held-out loss evaluated after this step (None: not evaluated after it).
-    eval_loss: float | None = None
-    peak_allocated_bytes: int | None
-    peak_reserved_bytes: int | None
-    # What explains a slow step: time in Python's garbage collector, and how often the CUDA caching
-    # allocator had to call cudaMalloc, or free its cache and retry (both synchronize the device).
-    gc_time_s: float = 0.0
-    cuda_mallocs: int | None = None
-    cuda_malloc_retries: int | None = None
-    # Triton kernels compiled in the step (a new specialisation of a kernel's arguments, `measuring.triton_compiles`):
-    # how many and in how many seconds (on several GPUs the largest of any rank, since the ranks wait for each
-    # other), and which (this rank's); None where nothing is counted (`measuring.triton_compiles`).
-    triton_compiles: int | None = None
-    triton_compile_s: float | None = None
-    triton_kernels_compiled: str = ""
-    # The bytes the CUDA driver's JIT cache grew by in the step: kernels compiled for this GPU the first time on this
-    # machine (`measuring.jit_cache`; on several GPUs the most any rank saw); None where nothing is counted (no GPU,
-    # no cache).
-    jit_cache_bytes: int | None = None
-    # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
-    energy_j: float | None = None
-    is_warmup: bool
-
-
-STEP_COLUMNS = tuple(column.name for column in fields(StepRecord))
 
 
 class NonFiniteLoss(RuntimeError):
@@ -428,19 +386,9 @@ class StepRecorder:
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"the loss is {loss} at step {step}")
 
-    def step_rows(self) -> list[dict]:
-        """Every finished step as a row of `STEP_COLUMNS`."""
-        return [asdict(s) for s in self.steps]
-
     def write_steps(self, path: Path) -> None:
-        """Write the per-step table (CSV, `STEP_COLUMNS`) to `path` atomically: a reader sees the old table
-        or the new one, never a partial row."""
-        partial = path.with_name(path.name + ".partial")
-        with open(partial, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(STEP_COLUMNS))
-            writer.writeheader()
-            writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in self.step_rows())
-        os.replace(partial, path)
+        """Write the per-step table of the steps finished so far to `path` (`step_table.write_step_table`)."""
+        write_step_table(path, self.steps)
 
     def summary(self, gpu_name: str = "") -> dict[str, float]:
         """Headline metrics over the measured (non-warm-up) steps; warm-up reported apart."""

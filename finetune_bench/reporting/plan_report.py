@@ -5,6 +5,7 @@ import html
 import pandas as pd
 
 from finetune_bench.analysis.numbers import number_text
+from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.prediction.gpus import GIB, caps_text, usable_bytes
 from finetune_bench.prediction.grid import RUN_OVERHEAD_S, VERDICT_MEANINGS, GridEstimate
 from finetune_bench.prediction.memory import PARTS
@@ -104,6 +105,9 @@ def plan_text(estimate: GridEstimate, with_totals: bool = True) -> str:
             memory = f"{gib_text(c.memory.peak_reserved_bytes)} GiB {c.verdict:<10}" + (f" ({parts})" if parts else "")
             memory = memory.rstrip() + why
         speed = f" | {c.step_time_s:.2f} s/step, {c.tokens_per_second:,.0f} tok/s" if c.step_time_s is not None else ""
+        if speed and c.training_args.arm not in (BASELINE, BASELINE_REPEAT):
+            # the speed is the model's FLOPs at an assumed MFU: an arm's kernels change neither
+            speed += f" as the baseline's ({c.training_args.arm}'s own speed-up is not modelled: the runs measure it)"
         lines.append(f"{c.condition_id}: {memory}{speed}")
     used = [verdict for verdict in VERDICT_MEANINGS if any(c.verdict == verdict for c in estimate.conditions)]
     if used:

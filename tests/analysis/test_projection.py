@@ -13,7 +13,7 @@ from finetune_bench.analysis.projection import StepCosts, duration_text, project
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.measuring.steady_state import ROW_LENGTHS, StepTimeModel, length_histogram
-from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.measuring.step_table import STEP_COLUMNS
 from finetune_bench.prediction.fine_tune import (
     Batching,
     FineTune,

@@ -24,7 +24,7 @@ from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.measuring.jit_cache import COMPILING_BYTES
 from finetune_bench.measuring.steady_state import ROW_LENGTHS, length_histogram
-from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.measuring.step_table import STEP_COLUMNS
 from finetune_bench.prediction.fine_tune import Batching, FineTune, NotProjected, schedule
 from finetune_bench.reporting.benchmark_tabs.summary import headline
 from finetune_bench.results.record import RunResult

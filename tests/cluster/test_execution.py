@@ -7,7 +7,7 @@ import pytest
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.results.record import RunResult
-from tasks import execution, wandb_runs
+from tasks import execution, wandb_flyte
 from tests.cluster.registering_shell import printed_by_a_registering_shell
 
 
@@ -29,26 +29,26 @@ class _NoSecrets:
 
 @pytest.fixture
 def wandb_asked_for_on_a_cluster(monkeypatch):
-    monkeypatch.setattr(wandb_runs, "on_cluster", lambda: True)
-    monkeypatch.setattr(wandb_runs, "WANDB_ENTITY", "team")
-    monkeypatch.setattr(wandb_runs, "current_context", lambda: SimpleNamespace(secrets=_NoSecrets()))
+    monkeypatch.setattr(wandb_flyte, "on_cluster", lambda: True)
+    monkeypatch.setattr(wandb_flyte, "WANDB_ENTITY", "team")
+    monkeypatch.setattr(wandb_flyte, "current_context", lambda: SimpleNamespace(secrets=_NoSecrets()))
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
 def test_w_and_b_asked_for_without_a_readable_key_stops_the_plan(wandb_asked_for_on_a_cluster):
     with pytest.raises(SpecError, match="could not read the secret 'wandb_api_key'"):
-        wandb_runs.require_wandb_key()
+        wandb_flyte.require_wandb_key()
 
 
 def test_w_and_b_turned_off_needs_no_key(wandb_asked_for_on_a_cluster, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    wandb_runs.require_wandb_key()
+    wandb_flyte.require_wandb_key()
 
 
 def test_a_run_that_cannot_be_logged_for_want_of_a_key_says_so(wandb_asked_for_on_a_cluster):
     result = RunResult(condition_id="c", run_number=1, swept_axes=[], training_args=TrainingArgs(), status="ok")
-    assert wandb_runs.log_to_wandb(result) is None
+    assert wandb_flyte.log_to_wandb(result) is None
     (problem,) = result.problems
     assert problem.startswith("W&B: the run was not logged (WANDB_ENTITY is 'team' but the task could not read")
 

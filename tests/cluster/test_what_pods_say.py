@@ -11,10 +11,10 @@ from finetune_bench.frontier.settings import FrontierArm, FrontierSearch
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.integrations import wandb_runs as tracking
+from finetune_bench.integrations import wandb_logging as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.launch import ending_line
-from tasks import execution, plan, wandb_runs
+from tasks import execution, plan, wandb_flyte
 
 # --- a results store on each pod's disk ---------------------------------------------------------------------------
 
@@ -40,9 +40,9 @@ def test_an_object_store_on_a_cluster_is_not_remarked_on(monkeypatch):
 
 @pytest.fixture
 def wandb_on_a_cluster(monkeypatch):
-    monkeypatch.setattr(wandb_runs, "on_cluster", lambda: True)
-    monkeypatch.setattr(wandb_runs, "WANDB_ENTITY", "team")
-    monkeypatch.setattr(wandb_runs, "WANDB_API_URL", "https://wandb.corp.example.com")
+    monkeypatch.setattr(wandb_flyte, "on_cluster", lambda: True)
+    monkeypatch.setattr(wandb_flyte, "WANDB_ENTITY", "team")
+    monkeypatch.setattr(wandb_flyte, "WANDB_API_URL", "https://wandb.corp.example.com")
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
@@ -54,12 +54,12 @@ def test_a_w_and_b_server_that_does_not_answer_stops_the_plan_naming_it(wandb_on
         return "gaierror: Name or service not known"
 
     with pytest.raises(SpecError) as refused:
-        wandb_runs.require_wandb_answers(probe)
+        wandb_flyte.require_wandb_answers(probe)
     assert asked == ["https://wandb.corp.example.com"]
     (problem,) = refused.value.problems
     assert "wandb.corp.example.com" in problem and "Name or service not known" in problem
     assert "WANDB_MODE=disabled" in problem and "WANDB_BASE_URL" in problem
-    wandb_runs.require_wandb_answers(lambda url: None)  # it answers: nothing to say
+    wandb_flyte.require_wandb_answers(lambda url: None)  # it answers: nothing to say
 
 
 def test_w_and_b_off_or_a_local_run_asks_no_server(wandb_on_a_cluster, monkeypatch):
@@ -67,13 +67,13 @@ def test_w_and_b_off_or_a_local_run_asks_no_server(wandb_on_a_cluster, monkeypat
         raise AssertionError("the W&B server was asked")
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    wandb_runs.require_wandb_answers(probe)
+    wandb_flyte.require_wandb_answers(probe)
     monkeypatch.delenv("WANDB_MODE")
-    monkeypatch.setattr(wandb_runs, "WANDB_ENTITY", None)
-    wandb_runs.require_wandb_answers(probe)
-    monkeypatch.setattr(wandb_runs, "WANDB_ENTITY", "team")
-    monkeypatch.setattr(wandb_runs, "on_cluster", lambda: False)
-    wandb_runs.require_wandb_answers(probe)
+    monkeypatch.setattr(wandb_flyte, "WANDB_ENTITY", None)
+    wandb_flyte.require_wandb_answers(probe)
+    monkeypatch.setattr(wandb_flyte, "WANDB_ENTITY", "team")
+    monkeypatch.setattr(wandb_flyte, "on_cluster", lambda: False)
+    wandb_flyte.require_wandb_answers(probe)
 
 
 def test_planning_says_a_missing_key_and_a_silent_server_at_once(wandb_on_a_cluster, monkeypatch):
@@ -81,7 +81,7 @@ def test_planning_says_a_missing_key_and_a_silent_server_at_once(wandb_on_a_clus
         def get(self, key, group=None):
             raise ValueError(key)
 
-    monkeypatch.setattr(wandb_runs, "current_context", lambda: SimpleNamespace(secrets=NoSecrets()))
+    monkeypatch.setattr(wandb_flyte, "current_context", lambda: SimpleNamespace(secrets=NoSecrets()))
     monkeypatch.setattr(tracking, "no_answer", lambda url: "ConnectionRefusedError: refused")
     with pytest.raises(SpecError) as refused:
         plan.check_wandb_key(dry_run=False)

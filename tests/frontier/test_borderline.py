@@ -7,9 +7,10 @@ import dataclasses
 import pandas as pd
 
 from finetune_bench.frontier.claims import claim_tables
-from finetune_bench.frontier.report import frontier_table, headlines
+from finetune_bench.frontier.report import headlines
 from finetune_bench.frontier.search import ProbeOutcome, search_frontier
 from finetune_bench.frontier.settings import SEQ_LENGTH, FrontierArm, FrontierSearch
+from finetune_bench.frontier.tables import frontier_table
 from finetune_bench.inputs.catalog import CUDA_CONTEXT_BYTES, GIB
 from finetune_bench.inputs.settings import TrainingArgs
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from finetune_bench.frontier.report import build_frontier_report, frontier_ratios, frontier_table, probes_table
+from finetune_bench.frontier.report import build_frontier_report
 from finetune_bench.frontier.search import (
     BISECTION,
     CONFIRMATION,
@@ -36,6 +36,7 @@ from finetune_bench.frontier.settings import (
     frontier_arms,
     plan_searches,
 )
+from finetune_bench.frontier.tables import frontier_ratios, frontier_table, probes_table
 from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import PlannedRun, RunSettings
@@ -350,9 +351,15 @@ def test_every_problem_of_the_frontier_inputs_is_reported_at_once():
     assert text.startswith("6 problems in the inputs")
 
 
-def test_a_search_that_runs_has_its_settings_checked_and_one_that_does_not_has_not():
-    disabled = BatchSizeSearch(enabled=False, start=0, cap="many")
-    assert [s.dimension for s in plan(batch_size_search=disabled)] == [SEQ_LENGTH] * 2
+def test_a_search_that_runs_has_its_settings_checked_and_one_that_does_not_is_refused_its_settings():
+    assert [s.dimension for s in plan(batch_size_search=BatchSizeSearch(enabled=False))] == [SEQ_LENGTH] * 2
+    with pytest.raises(SpecError) as refused:  # set where the search does not run: they would change nothing
+        plan(batch_size_search=BatchSizeSearch(enabled=False, start=0, cap="many"))
+    assert [p.split(" acts only")[0] for p in refused.value.problems] == [
+        "batch_size_search.start 0",
+        "batch_size_search.cap 'many'",
+    ]
+    assert "acts only with the search enabled (enabled: true), and the search is disabled" in refused.value.problems[0]
     with pytest.raises(SpecError) as refused:
         plan(seq_length_search=SeqLengthSearch(batch_size=0, start=0, granularity=1.5))
     assert refused.value.problems == [
@@ -533,7 +540,7 @@ def run_smoke(tmp_path: Path, inputs: dict, fake_memory_tokens: int) -> tuple[pd
     inputs_file = tmp_path / "inputs.yaml"
     inputs_file.write_text(yaml.safe_dump(inputs))
     export = tmp_path / "export"
-    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
+    # W&B off (tests/integrations/test_wandb_logging.py is where its logging is checked): no W&B service to start
     env = dict(
         os.environ,
         FINETUNE_BENCH_EXPORT_DIR=str(export),

@@ -112,3 +112,95 @@ def test_held_out_settings_without_held_out_examples_and_a_config_of_generated_d
     problems = " ".join(refused.value.problems)
     assert "training_args.per_device_eval_batch_size 16 acts only with held-out examples" in problems
     assert "training_args.dataset_config 'main' acts only with a hub or local dataset" in problems
+
+
+def test_every_setting_of_every_workflow_declares_where_it_acts():
+    """Not only training_args: the benchmark's own settings, the frontier's sections and throughput settings and the
+    kernel sweep's each declare where they act, so that the next setting added cannot slip through."""
+    from finetune_bench.frontier.settings import (
+        BatchSizeSearch,
+        FrontierArm,
+        ProbeSettings,
+        SeqLengthSearch,
+        ThroughputRuns,
+    )
+    from finetune_bench.inputs.plan import PredictionTarget, RunSettings
+    from finetune_bench.inputs.rules import undeclared
+    from finetune_bench.kernels.settings import KernelBenchmarkSettings
+
+    sections = [RunSettings, PredictionTarget, FrontierArm, BatchSizeSearch, SeqLengthSearch, ProbeSettings]
+    missing = {cls.__name__: undeclared(cls) for cls in [*sections, ThroughputRuns, KernelBenchmarkSettings]}
+    assert not any(missing.values()), f"declare where each acts (acts_only or acts_everywhere): {missing}"
+
+
+def test_a_workflow_setting_that_acts_in_nothing_it_runs_is_refused():
+    from finetune_bench.inputs.plan import PredictionTarget, RunSettings, Workload, check_workflow_settings_act
+
+    cpu_forward = Workload.of([TrainingArgs(device="cpu", backend="forward_only")], gpu_here=False)
+    with pytest.raises(SpecError) as refused:
+        check_workflow_settings_act(
+            [RunSettings(), PredictionTarget(gpu_hour_price=2.5, fine_tune_steps=300)], cpu_forward
+        )
+    price, steps = refused.value.problems
+    assert price.startswith("gpu_hour_price 2.5 acts only where a run trains on a GPU")
+    assert steps.startswith("fine_tune_steps 300 acts only where a condition trains")
+    # device auto where a GPU is (a cluster's pods), or a dry run that predicts for one: the price acts
+    check_workflow_settings_act([PredictionTarget(gpu_hour_price=2.5)], Workload.of([TrainingArgs()], gpu_here=True))
+    dry = Workload.of([TrainingArgs(device="cpu")], gpu_here=False, target_gpu=True)
+    check_workflow_settings_act([PredictionTarget(gpu_hour_price=2.5)], dry)
+
+
+def test_the_frontier_refuses_what_acts_only_where_its_search_or_throughput_runs_do():
+    from finetune_bench.frontier.settings import BatchSizeSearch, check_sections_act, check_throughput_settings
+
+    with pytest.raises(SpecError) as refused:
+        check_sections_act(BatchSizeSearch(enabled=False, start=4))
+    (problem,) = refused.value.problems
+    assert problem.startswith("batch_size_search.start 4 acts only with the search enabled (enabled: true)")
+    check_sections_act(BatchSizeSearch(enabled=False))
+    # throughput runs come only from a batch-size search: their repeats and timeout act nowhere without one
+    with pytest.raises(SpecError) as refused:
+        check_throughput_settings(n_runs=3, condition_timeout_s=600, batch_size_search=BatchSizeSearch(enabled=False))
+    assert [p.split(" acts only")[0] for p in refused.value.problems] == ["n_runs 3", "condition_timeout_s 600"]
+    check_throughput_settings(measure_throughput=False, batch_size_search=BatchSizeSearch(enabled=False))
+    check_throughput_settings(n_runs=3, condition_timeout_s=600)
+
+
+def test_a_kernel_timeout_below_the_floor_is_refused_before_any_kernel_runs():
+    from finetune_bench.kernels.settings import KernelBenchmarkSettings
+
+    with pytest.raises(SpecError, match=r"sweep.timeout_s 1 is in seconds: .* write at least 30"):
+        KernelBenchmarkSettings(timeout_s=1).check()
+
+
+def test_a_fine_tune_that_fills_no_step_or_would_make_the_projection_slow_is_refused_at_planning():
+    from finetune_bench.prediction.fine_tune import MAX_DRAWN_ROWS, check_fine_tune_fills
+
+    few = TrainingArgs(synthetic_num_examples=16, per_device_train_batch_size=8, gradient_accumulation_steps=4)
+    with pytest.raises(SpecError) as refused:
+        check_fine_tune_fills([few], 1.5, 0)
+    (problem,) = refused.value.problems
+    assert problem.startswith("fine_tune_epochs 1.5: 16 training rows (training_args.synthetic_num_examples less")
+    assert "fill no optimizer step of 32 rows" in problem
+    check_fine_tune_fills([few], 1.0, 0)  # left at its default: measured, and said not to project
+    check_fine_tune_fills([dataclasses_replace(few, packing=True)], 1.5, 0)  # packed rows are known only later
+    many = TrainingArgs(synthetic_num_examples=64, per_device_train_batch_size=8)
+    with pytest.raises(SpecError, match=f"more than the {MAX_DRAWN_ROWS:,} the projection draws at most"):
+        check_fine_tune_fills([many], 1.0, MAX_DRAWN_ROWS // 8 + 1)
+    check_fine_tune_fills([many], 1.0, MAX_DRAWN_ROWS // 8)
+
+
+def test_the_projection_bounds_its_own_work_where_planning_could_not():
+    import numpy as np
+
+    from finetune_bench.prediction.fine_tune import MAX_DRAWN_ROWS, Batching, FineTune, NotProjected, schedule
+
+    rows = np.full(1000, 64)
+    with pytest.raises(NotProjected, match="the projection draws at most"):
+        schedule(rows, Batching(batch_size=8), FineTune(epochs=MAX_DRAWN_ROWS // 1000 + 1))
+
+
+def dataclasses_replace(args, **changes):
+    import dataclasses
+
+    return dataclasses.replace(args, **changes)

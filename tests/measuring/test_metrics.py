@@ -15,7 +15,7 @@ from finetune_bench.measuring.metrics import (
     Metric,
     throughput,
 )
-from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.measuring.step_table import STEP_COLUMNS
 
 
 def test_the_table_names_exactly_the_results_table_s_metric_columns():

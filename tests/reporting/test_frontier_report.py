@@ -5,9 +5,10 @@ out-of-memory probe where its caption says, and tables that fit a page 1400 px w
 import dataclasses
 import re
 
-from finetune_bench.frontier.report import build_frontier_report, frontier_table, probes_table
+from finetune_bench.frontier.report import build_frontier_report
 from finetune_bench.frontier.search import ProbeOutcome, search_frontier
 from finetune_bench.frontier.settings import SEQ_LENGTH
+from finetune_bench.frontier.tables import frontier_table, probes_table
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.running.faults import FAKE_MEMORY_ENV
 from tests.frontier.test_frontier import GIB, FakeProbe, make_search
@@ -94,7 +95,7 @@ def test_a_frontier_on_the_fake_memory_model_says_its_out_of_memory_is_simulated
 def test_the_probes_figure_draws_an_out_of_memory_probe_on_the_line_its_caption_names():
     import matplotlib.pyplot as plt
 
-    from finetune_bench.frontier.report import probes_figure
+    from finetune_bench.frontier.probes_figure import probes_figure
 
     searches, results, report = _simulated_report()
     assert "on the dotted out-of-memory line at the top of the panel" in report.sections["Probes"]

@@ -39,6 +39,18 @@ def test_borderline_is_within_the_margin_and_a_far_oom_at_full_length_is_named_a
     assert "<b>oom at max length</b>" in plan_report(estimate).sections["Plan"]
 
 
+def test_the_plan_says_an_arm_s_speed_is_not_modelled_instead_of_giving_it_as_its_own():
+    lines = plan_text(_estimate("llama1b_random.yaml", "H100")).splitlines()
+    liger = [line for line in lines if line.startswith("arm=liger,per_device_train_batch_size=4:")][0]
+    baseline = [line for line in lines if line.startswith("arm=baseline,per_device_train_batch_size=4:")][0]
+    speed = baseline.split(" | ")[1]
+    assert (
+        liger.split(" | ")[1]
+        == f"{speed} as the baseline's (liger's own speed-up is not modelled: the runs measure it)"
+    )
+    assert "not modelled" not in baseline
+
+
 def test_a_condition_without_a_verdict_says_why():
     planned = plan_runs(smoke_experiment(), TrainingArgs(), 1)
     estimate = grid.estimate_grid(planned, grid.target_gpu(""), 0.0, False)

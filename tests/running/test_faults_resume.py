@@ -118,7 +118,7 @@ def _pyflyte_run(export: Path, store: Path, fault: str = "") -> subprocess.Compl
         FINETUNE_BENCH_HF_TOKEN_SECRET="hf_token",
         _FSEC_HF_TOKEN=HF_TOKEN,
         WANDB_API_KEY=WANDB_KEY,
-        # W&B itself off (its files are checked for secrets in tests/integrations/test_wandb_runs.py): the key stays
+        # W&B itself off (its files are checked for secrets in tests/integrations/test_wandb_logging.py): the key stays
         # in the environment, which no log, table or stored result may show
         WANDB_MODE="disabled",
         FLYTE_SDK_LOGGING_LEVEL="20",

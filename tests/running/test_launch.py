@@ -11,7 +11,7 @@ from finetune_bench.analysis.tables import results_table
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.metrics import ANY_DEVICE, METRICS, STEADY_STATE
-from finetune_bench.measuring.steps import STEP_COLUMNS
+from finetune_bench.measuring.step_table import STEP_COLUMNS
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAULT_ENV
 from finetune_bench.running.launch import run_in_child

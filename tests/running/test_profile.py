@@ -157,7 +157,7 @@ def test_the_workflow_exports_each_profile(tmp_path):
         "training_args:\n  backend: plain_loop\n  max_steps: 2\n  profile: true\n  profile_steps: 1\n"
     )
     export = tmp_path / "export"
-    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
+    # W&B off (tests/integrations/test_wandb_logging.py is where its logging is checked): no W&B service to start
     env = dict(os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export), WANDB_MODE="disabled")
     pyflyte = Path(sys.executable).parent / "pyflyte"
     completed = subprocess.run(

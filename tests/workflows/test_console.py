@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from finetune_bench.frontier.report import oom_lines
+from finetune_bench.frontier.simulated import oom_lines
 from tasks.analysis import SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ def test_a_store_that_cannot_keep_runs_fails_the_execution_after_the_outputs(tmp
     sources = {"dataset": versions.dataset, "model": versions.model}
     (store / run_key(run, hardware_fingerprint(), sources)).write_text("")
     export = tmp_path / "export"
-    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
+    # W&B off (tests/integrations/test_wandb_logging.py is where its logging is checked): no W&B service to start
     env = dict(os.environ, FINETUNE_BENCH_EXPORT_DIR=str(export), WANDB_MODE="disabled")
     pyflyte = Path(sys.executable).parent / "pyflyte"
     done = subprocess.run(

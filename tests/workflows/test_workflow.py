@@ -36,7 +36,7 @@ def smoke_run(tmp_path_factory):
     inputs["training_args"]["max_steps"] = SMOKE_STEPS
     inputs_file = tmp_path_factory.mktemp("inputs") / "smoke.yaml"
     inputs_file.write_text(yaml.safe_dump(inputs))
-    # W&B off (tests/integrations/test_wandb_runs.py is where its logging is checked): no W&B service to start
+    # W&B off (tests/integrations/test_wandb_logging.py is where its logging is checked): no W&B service to start
     env = dict(
         os.environ,
         FINETUNE_BENCH_EXPORT_DIR=str(export),

@@ -23,7 +23,7 @@ from wandb.proto import wandb_internal_pb2
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.secrets import REDACTED
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.integrations import wandb_runs as tracking
+from finetune_bench.integrations import wandb_logging as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.running.faults import FAULT_ENV
 
@@ -348,7 +348,7 @@ def test_steps_become_per_step_metrics(tmp_path):
 def test_a_run_left_open_is_neither_reused_nor_left_open(wandb_dir, tmp_path):
     """What the plugin's own decorator does after a failed item: a run stays open. Ours never logs into it
     and finishes whatever is still open when the task returns or raises."""
-    from tasks.wandb_runs import condition_wandb_run_class
+    from tasks.wandb_flyte import condition_wandb_run_class
 
     def failing_task():
         wandb.init(mode="offline", dir=wandb_dir, name="left-open", project="p", settings=wandb.Settings(quiet=True))
@@ -374,7 +374,7 @@ def test_a_run_left_open_is_neither_reused_nor_left_open(wandb_dir, tmp_path):
 def test_remote_rules_run_id_group_and_the_secret_for_this_call_only(monkeypatch):
     """In a pod: the run id is HOSTNAME (what the UI link points at), the group the execution name, and
     the API key, fetched by the decorator, exists for the task call only."""
-    from tasks import wandb_runs as train
+    from tasks import wandb_flyte as train
 
     monkeypatch.setenv("HOSTNAME", "f3a1b2c-n1-0-n0-0-4")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -428,7 +428,7 @@ _REGISTERED = textwrap.dedent(
     from finetune_bench.inputs.settings import TrainingArgs
     from tasks.train import train_condition
     from tasks.train_ranks import ELASTIC_TRAIN_TASKS
-    from tasks.wandb_runs import wandb_link_config
+    from tasks.wandb_flyte import wandb_link_config
     from workflows.benchmark import run_benchmark
 
     planned = [PlannedRun("a", 0, TrainingArgs(), [], refused="refused for this test")]
@@ -513,7 +513,7 @@ def _a_result() -> RunResult:
 def test_an_unreachable_server_is_found_in_seconds_and_the_run_logged_offline(wandb_dir, monkeypatch):
     import time
 
-    from tasks import wandb_runs as task_wandb
+    from tasks import wandb_flyte as task_wandb
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)
@@ -530,7 +530,7 @@ def test_an_unreachable_server_is_found_in_seconds_and_the_run_logged_offline(wa
 
 
 def test_an_unreachable_server_on_a_cluster_leaves_the_run_unlogged_and_says_so(wandb_dir, monkeypatch):
-    from tasks import wandb_runs as task_wandb
+    from tasks import wandb_flyte as task_wandb
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)

@@ -14,7 +14,7 @@ environment (`WANDB_API_KEY`, `HF_TOKEN`, Flyte's `_FSEC_*` secrets, ...) and th
 redacted from every string logged. W&B's own metadata (command line, git remote, machine info,
 console output) is not collected.
 
-No Flyte import here: `tasks/train.py` decides the group and the run id.
+No Flyte import here: `tasks/wandb_flyte.py` decides the group and the run id.
 """
 
 import contextlib

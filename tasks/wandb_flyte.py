@@ -1,5 +1,5 @@
 """Weights & Biases for the train task: one run per condition (logged by
-`finetune_bench.integrations.wandb_runs`), grouped by workflow execution, linked from the Flyte UI through
+`finetune_bench.integrations.wandb_logging`), grouped by workflow execution, linked from the Flyte UI through
 flytekitplugins-wandb."""
 
 import functools
@@ -19,7 +19,7 @@ from flytekit.core.context_manager import FlyteContextManager
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.plan import run_name
 from finetune_bench.inputs.secrets import redact, secret_values
-from finetune_bench.integrations import wandb_runs as tracking
+from finetune_bench.integrations import wandb_logging as tracking
 from finetune_bench.results.record import RunResult
 from finetune_bench.sources.cache import cache_root
 from tasks.execution import on_cluster
@@ -74,8 +74,8 @@ def condition_wandb_run_class() -> type:
     The plugin's `execute` opens one run around the whole task and finishes it outside any `finally`, so
     a failed local map item leaks its run into the next item. Here `execute` only fetches the API key
     (remote: the Flyte secret; local: none, `WANDB_API_KEY` is used if set) and hands it to
-    `finetune_bench.integrations.wandb_runs` for this call alone (no `wandb.login`: nothing written to ~/.netrc, nothing
-    left for the next item); the task body opens and finishes the condition's run itself, and whatever
+    `finetune_bench.integrations.wandb_logging` for this call alone (no `wandb.login`: nothing written to ~/.netrc,
+    nothing left for the next item); the task body opens and finishes the condition's run itself, and whatever
     run is still open when the task returns or raises is finished.
     Imported lazily: the analysis image, whose pods import the module that defines the train task
     (`tasks.train`, for `concatenate_outputs`), lacks the plugin.
@@ -169,17 +169,17 @@ def log_to_wandb(result: RunResult) -> tracking.LoggedRun | None:
         result.problems.append(f"W&B: the run was not logged ({missing_key_reason()})")
         return None
     if mode == "disabled":
-        logger.info("W&B is off for %s#%d", result.condition_id, result.run_number)
+        logger.info("W&B is off for %s", run_name(result.condition_id, result.run_number))
         return None
     if mode == "online":
         # W&B waits about 90 s per run for a server it cannot reach: ask once, quickly, instead.
         why = tracking.unreachable(base_url or os.environ.get("WANDB_BASE_URL") or WANDB_API_URL)
         if why and on_cluster():  # an offline run would die with the pod: the run is not logged
-            logger.warning("W&B: %s; %s#%d is not logged", why, result.condition_id, result.run_number)
+            logger.warning("W&B: %s; %s is not logged", why, run_name(result.condition_id, result.run_number))
             result.problems.append(f"W&B: the run was not logged ({why})")
             return None
         if why:  # locally, logged offline: nothing is lost, `wandb sync` uploads it later
-            logger.warning("W&B: %s; logging %s#%d offline", why, result.condition_id, result.run_number)
+            logger.warning("W&B: %s; logging %s offline", why, run_name(result.condition_id, result.run_number))
             result.details["wandb"] = f"logged offline: {why}"
             mode = "offline"
     execution_url = os.environ.get("FLYTE_EXECUTION_URL")
