@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
-from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
+from finetune_bench.inputs.condition_checks import validate_condition
+from finetune_bench.inputs.errors import NOT_RUN, ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.plan import MEASURED_RUNS, RunSettings
 from finetune_bench.inputs.rules import (
     acting_nowhere,
@@ -20,8 +21,9 @@ from finetune_bench.inputs.rules import (
     requirement,
     setting,
 )
-from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson, TrainingArgs, check_setting
-from finetune_bench.inputs.validation import NOT_RUN, check_settings_act, validate, validate_condition
+from finetune_bench.inputs.sections import StrictFromJson
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, check_setting
+from finetune_bench.inputs.validation import check_settings_act, validate
 
 # The searched dimensions, named after the TrainingArgs field a probe sets.
 BATCH_SIZE = "per_device_train_batch_size"
@@ -61,11 +63,13 @@ class FrontierArm(StrictFromJson):
     SECTION = "arms[]"
     # How a list of arms is written (in messages).
     LIST_EXAMPLE = "{arm: liger}, {arm: baseline}"
-    # Its values are read as the training settings they set (an arm name that means nothing is refused with them).
-    SETS_TRAINING_ARGS = True
-
     # What is switched on (TrainingArgs.arm: baseline, liger, liger:<kernel>, compile, ...).
     arm: str = acts_everywhere("baseline")
+
+    @classmethod
+    def check_value(cls, key: str, name: str, value: Any) -> None:
+        """Its values are read as the training settings they set (an arm name that means nothing is refused)."""
+        check_setting(key, name, value)
 
 
 # The arms when an inputs file names none: Liger against the baseline.

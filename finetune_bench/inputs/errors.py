@@ -42,6 +42,10 @@ class ConditionRefused(SpecError):
     patch): it ends as an error result naming the reason, and the rest of the grid still runs."""
 
 
+# What the benchmark does with a condition refused alone (`ConditionRefused`), said in its message.
+NOT_RUN = "This condition is not run; the others are."
+
+
 class Problems:
     """Collects the problems of several independent checks, so that all are reported together:
 

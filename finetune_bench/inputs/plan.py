@@ -5,6 +5,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
+from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.rules import acting_nowhere, acts_everywhere, acts_only
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, swept_axes
@@ -14,7 +15,6 @@ from finetune_bench.inputs.validation import (
     check_settings_act,
     condition_count,
     validate,
-    validate_condition,
 )
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from finetune_bench.inputs.errors import Problems, SpecError, closest, shown_name
 from finetune_bench.inputs.rules import check_list, check_value
-from finetune_bench.inputs.settings import ExperimentArgs, StrictFromJson
+from finetune_bench.inputs.sections import StrictFromJson
+from finetune_bench.inputs.settings import ExperimentArgs
 from finetune_bench.inputs.validation import check_grid_size
 from finetune_bench.inputs.yaml11 import yaml11_traps
 

@@ -2,11 +2,12 @@
 
 `TrainingArgs` is one condition's complete configuration. `ExperimentArgs` lists, per swept setting,
 the values to try; every field of `ExperimentArgs` is named after the `TrainingArgs` field it
-overrides, so adding an axis is adding one list-valued field here and nothing else.
+overrides, so adding an axis is adding one list-valued field here and nothing else. Where each setting acts is
+declared beside it, from `finetune_bench.inputs.training_scopes`; how a section is read, in
+`finetune_bench.inputs.sections`.
 """
 
 import dataclasses
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,6 @@ from finetune_bench.inputs.rules import (
     check_field,
     check_fields,
     check_list,
-    check_type,
     choice,
     fraction,
     non_negative,
@@ -48,92 +48,33 @@ from finetune_bench.inputs.rules import (
     requirement,
     setting,
 )
+from finetune_bench.inputs.sections import StrictFromJson
+from finetune_bench.inputs.training_scopes import (
+    ON_A_GPU,
+    ON_SEVERAL_GPUS,
+    PADDED_PLAIN_LOOP_ON_A_GPU,
+    WHERE_IT_TRAINS,
+    WHERE_IT_WARMS_UP,
+    WITH_A_REAL_DATASET,
+    WITH_DDP,
+    WITH_GENERATED_DATA,
+    WITH_HELD_OUT_EXAMPLES,
+    WITH_LORA,
+    WITH_PROFILING,
+    ddp,
+    evaluates,
+    generated_data,
+    lora,
+    off_the_cpu,
+    probes_padded_shapes,
+    profiles,
+    real_dataset,
+    several_gpus,
+    trains,
+    warms_up,
+)
 from finetune_bench.inputs.tutorial import flow
 
-
-class StrictFromJson:
-    """`from_json` that rejects unknown keys and values of the wrong type, naming them.
-
-    flytekit's CLI (`pyflyte run` / `union run` with `--inputs-file` or a JSON argument) builds a
-    dataclass input with `from_json` when the class has one; without it, unknown nested keys are
-    dropped silently and "4096" or 4096.7 become 4096.
-    """
-
-    SECTION = ""
-
-    @classmethod
-    def from_json(cls, text: str, **_):
-        try:
-            return cls.from_mapping(json.loads(text))
-        except SpecError as exc:
-            import click  # only the CLI calls this: it prints a click error, one line a problem, no traceback
-
-            raise click.BadParameter(str(exc)) from None
-
-    @classmethod
-    def from_mapping(cls, data: Any, section: str = "", elsewhere: Mapping[str, type] | None = None):
-        """The section read from `data` (its keys, their types, then `check`), every problem in one SpecError;
-        `section`: how the inputs spell where it came from (default `SECTION`); `elsewhere`: the workflow's other
-        sections (name → class), where a key that is not a setting here is looked for."""
-        problems, refused = section_problems(cls, section or cls.SECTION, data, elsewhere)
-        if not problems.found:
-            value = cls(**data)
-            value.check()
-            return value
-        # The section's own checks still run on what reads (every refused or unknown key left at its default), so
-        # that a refused value does not hide the problems across the others; a check that reads a refused setting
-        # is not run.
-        fields = {f.name for f in dataclasses.fields(cls)}
-        with problems.check():
-            cls(**{k: v for k, v in data.items() if k in fields and k not in refused}).check(skip=refused)
-        problems.raise_if_any()
-
-    def check(self, skip: Collection[str] = ()) -> None:
-        """The checks that need only this section; `skip`: settings whose values were refused (left at their
-        defaults here), which a check across settings must not read."""
-
-
-# Where settings act (`rules.acts_only`): predicates of a condition's TrainingArgs, and how messages say them.
-def _generated(t: Any) -> bool:
-    return t.dataset_name.startswith(catalog.SYNTHETIC_PREFIX)
-
-
-def _trains(t: Any) -> bool:
-    return BACKENDS[t.backend].trains if t.backend in BACKENDS else True
-
-
-def _lora(t: Any) -> bool:
-    return t.lora_rank > 0
-
-
-def _probes_padded_shapes(t: Any) -> bool:
-    return t.backend == "plain_loop" and not t.packing and t.device != "cpu"
-
-
-def _real_dataset(t: Any) -> bool:
-    return not _generated(t)
-
-
-def _evaluates(t: Any) -> bool:
-    return t.eval_examples > 0
-
-
-def _several_gpus(t: Any) -> bool:
-    return t.num_gpus * t.num_nodes > 1
-
-
-def _ddp(t: Any) -> bool:
-    return _several_gpus(t) and t.parallelism == "ddp"
-
-
-_WITH_GENERATED_DATA = "with generated data (a dataset_name of synthetic:...)"
-_WITH_A_REAL_DATASET = "with a hub or local dataset (generated data has no splits)"
-_WITH_HELD_OUT_EXAMPLES = "with held-out examples (eval_examples above 0)"
-_ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
-_WHERE_IT_TRAINS = "where the backend trains (forward_only builds no optimizer and runs no backward)"
-_WITH_LORA = "with LoRA (lora_rank above 0)"
-_PADDED_PLAIN_LOOP_ON_A_GPU = "with the plain loop on padded batches on a GPU (backend plain_loop, packing false)"
-_WITH_DDP = "with parallelism 'ddp' on several GPUs (num_gpus × num_nodes above 1)"
 # The largest DDP bucket taken: a bucket of gradients larger than 16 GiB is a unit slip (bytes written for MiB).
 MAX_DDP_BUCKET_MB = 16384
 _ZERO_TURNS_IT_OFF = " (0 turns it off)"
@@ -165,6 +106,14 @@ class TrainingArgs(StrictFromJson):
     def check(self, skip: Collection[str] = ()) -> None:
         validate_training_args(self, skip)
 
+    @classmethod
+    def check_value(cls, key: str, name: str, value: Any) -> None:
+        check_setting(key, name, value)
+
+    @classmethod
+    def unknown_key(cls, section: str, key: object, elsewhere: Mapping[str, type]) -> str:
+        return not_a_setting(section, key, cls, elsewhere, from_tutorials=True)
+
     # What to train and on what. A model is a hub id, a local directory, or `random:<architecture>`
     # (a random-init model built from a bundled config, see `finetune_bench.inputs.catalog.architectures`).
     # A dataset is a hub id, a local path, or `synthetic:alpaca` (generated offline). Its rows become
@@ -174,22 +123,20 @@ class TrainingArgs(StrictFromJson):
     model_name: str = acts_everywhere("random:tiny-llama")
     dataset_name: str = acts_everywhere("synthetic:alpaca")
     # A `datasets` split expression ("train", "test", "train[:1000]").
-    dataset_split: str = acts_only(
-        "train", lambda t: not _generated(t), "with a hub or local dataset (generated data has no splits)"
-    )
+    dataset_split: str = acts_only("train", real_dataset, WITH_A_REAL_DATASET)
     # The hub dataset's config (`datasets.load_dataset(name, config)`); empty: the default of a dataset
     # `finetune_bench.inputs.catalog.HUB_DATASETS` knows ("main" for the gsm8k ones), no config for any other.
-    dataset_config: str = acts_only("", _real_dataset, _WITH_A_REAL_DATASET)
+    dataset_config: str = acts_only("", real_dataset, WITH_A_REAL_DATASET)
     # Generated data only: how many examples, and the response length range in words.
-    synthetic_num_examples: int = acts_only(positive(256), _generated, _WITH_GENERATED_DATA)
-    synthetic_min_words: int = acts_only(positive(8), _generated, _WITH_GENERATED_DATA)
-    synthetic_max_words: int = acts_only(positive(48), _generated, _WITH_GENERATED_DATA)
+    synthetic_num_examples: int = acts_only(positive(256), generated_data, WITH_GENERATED_DATA)
+    synthetic_min_words: int = acts_only(positive(8), generated_data, WITH_GENERATED_DATA)
+    synthetic_max_words: int = acts_only(positive(48), generated_data, WITH_GENERATED_DATA)
     # How response lengths spread over [synthetic_min_words, synthetic_max_words]: `uniform` (every
     # length equally likely), `fixed` (every response synthetic_max_words long), `normal` (bell curve
     # around the midpoint, the range being ±3 standard deviations), `lognormal` (chat-like: mostly
     # short, median a quarter of the way up the range, a long tail; about 1 in 20 cut at the maximum).
     synthetic_length_distribution: str = acts_only(
-        choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS), _generated, _WITH_GENERATED_DATA
+        choice("uniform", SYNTHETIC_LENGTH_DISTRIBUTIONS), generated_data, WITH_GENERATED_DATA
     )
     # Hugging Face config keys set to other values before the model is built, as comma-separated key=value pairs
     # ("num_hidden_layers=8,intermediate_size=14336"; a value is an integer, a float, true / false or a string).
@@ -246,20 +193,22 @@ class TrainingArgs(StrictFromJson):
     # through the model's own forward (its logits), the same computation in every arm and backend; perplexity:
     # its exp. Evaluation is kept out of the step times and memory peaks.
     eval_examples: int = acts_everywhere(non_negative(0, _ZERO_TURNS_IT_OFF))
-    eval_steps: int = acts_only(non_negative(0, _ZERO_TURNS_IT_OFF), _evaluates, _WITH_HELD_OUT_EXAMPLES)
-    per_device_eval_batch_size: int = acts_only(positive(4), _evaluates, _WITH_HELD_OUT_EXAMPLES)
+    eval_steps: int = acts_only(non_negative(0, _ZERO_TURNS_IT_OFF), evaluates, WITH_HELD_OUT_EXAMPLES)
+    per_device_eval_batch_size: int = acts_only(positive(4), evaluates, WITH_HELD_OUT_EXAMPLES)
     # After the timed steps (and the last evaluation), `profile_steps` more steps under torch.profiler: the report
     # compares arms by time per category of GPU kernel and lists the top kernels; each run keeps its Chrome trace
     # and, on a GPU, a CUDA memory snapshot (for PyTorch's memory visualizer). The timed steps are not changed.
     profile: bool = acts_everywhere(False)
-    profile_steps: int = acts_everywhere(
+    profile_steps: int = acts_only(
         setting(
             3,
             requirement(lambda v: v > 0, "must be positive"),
             requirement(
                 lambda v: v <= MAX_PROFILE_STEPS, f"must be at most {MAX_PROFILE_STEPS} (every step is traced)"
             ),
-        )
+        ),
+        profiles,
+        WITH_PROFILING,
     )
     # After the timed steps, two steps at each of up to `new_shape_probes` padded lengths a fine-tune on these rows
     # meets that the run has not fed, spread over their range, each timed: the first says what a length costs the
@@ -273,27 +222,22 @@ class TrainingArgs(StrictFromJson):
             requirement(lambda v: v >= 0, "must be 0 or more" + _ZERO_TURNS_IT_OFF),
             requirement(lambda v: v <= MAX_NEW_SHAPE_PROBES, f"must be at most {MAX_NEW_SHAPE_PROBES}"),
         ),
-        _probes_padded_shapes,
-        _PADDED_PLAIN_LOOP_ON_A_GPU,
+        probes_padded_shapes,
+        PADDED_PLAIN_LOOP_ON_A_GPU,
     )
 
     # The optimizer by transformers' name (`adamw_torch`, `adamw_torch_fused`, `sgd`, `adafactor`, `adagrad`,
     # `rmsprop`, `adamw_8bit`: bitsandbytes on a CUDA GPU), its learning rate, transformers' scheduler name,
     # the share of max_steps spent warming the learning rate up, and the weight decay.
-    optim: str = acts_only(choice("adamw_torch", OPTIMIZERS), _trains, _WHERE_IT_TRAINS)
-    learning_rate: float = acts_only(positive(2e-5), _trains, _WHERE_IT_TRAINS)
-    lr_scheduler_type: str = acts_only(setting("cosine", check_scheduler), _trains, _WHERE_IT_TRAINS)
-    warmup_ratio: float = acts_only(
-        fraction(0.0),
-        lambda t: _trains(t) and t.lr_scheduler_type != "constant",
-        "with a schedule that warms up (lr_scheduler_type other than 'constant', whose rate never changes) and a "
-        "backend that trains",
-    )
-    weight_decay: float = acts_only(non_negative(0.0), _trains, _WHERE_IT_TRAINS)
+    optim: str = acts_only(choice("adamw_torch", OPTIMIZERS), trains, WHERE_IT_TRAINS)
+    learning_rate: float = acts_only(positive(2e-5), trains, WHERE_IT_TRAINS)
+    lr_scheduler_type: str = acts_only(setting("cosine", check_scheduler), trains, WHERE_IT_TRAINS)
+    warmup_ratio: float = acts_only(fraction(0.0), warms_up, WHERE_IT_WARMS_UP)
+    weight_decay: float = acts_only(non_negative(0.0), trains, WHERE_IT_TRAINS)
     # A learning rate above 1 is refused as a slip of units (`2` for 2e-5) unless this is true: one that is meant.
     allow_learning_rate_above_1: bool = acts_everywhere(False)
     # Gradient-norm clipping (transformers' default, 1.0); 0 turns it off. Every backend applies it.
-    max_grad_norm: float = acts_only(non_negative(1.0), _trains, _WHERE_IT_TRAINS)
+    max_grad_norm: float = acts_only(non_negative(1.0), trains, WHERE_IT_TRAINS)
     # Seeds the model's random init, the data order and dropout; every run of a grid uses it, so repeats of a
     # condition train on the same batches and differ only by the machine's run-to-run noise.
     seed: int = acts_everywhere(setting(42, _seed_range))
@@ -305,7 +249,7 @@ class TrainingArgs(StrictFromJson):
     dtype: str = acts_everywhere(choice("auto", DTYPES))
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     # about a third more compute).
-    gradient_checkpointing: bool = acts_only(False, _trains, _WHERE_IT_TRAINS)
+    gradient_checkpointing: bool = acts_only(False, trains, WHERE_IT_TRAINS)
     # How attention runs. `sdpa`: transformers' SDPA attention, PyTorch choosing the kernel per call (FlashAttention,
     # memory-efficient, cuDNN or math). `eager`: transformers' eager attention (the scores materialized, as a plain
     # PyTorch implementation would). `flash`, `efficient`, `cudnn`, `math`: SDPA pinned to that one kernel for the
@@ -318,21 +262,21 @@ class TrainingArgs(StrictFromJson):
     # training process's PYTORCH_CUDA_ALLOC_CONF: segments grow in place, which leaves less memory cut into blocks
     # no later tensor fits). Other options of a PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) already set where
     # the run starts are kept; its `expandable_segments` option is this setting's.
-    allocator: str = acts_everywhere(choice("default", ALLOCATORS))
+    allocator: str = acts_only(choice("default", ALLOCATORS), off_the_cpu, ON_A_GPU)
     # A GPU of another size, emulated: each training process (each rank) runs as if its GPU had this many GiB, as
     # `nvidia-smi` reports a card's memory (an 80 GB H100: 79.6; 40 GB A100: 40.0), through
     # `torch.cuda.set_per_process_memory_fraction`: torch may reserve that less the CUDA context
     # (`prediction.gpus.usable_bytes`), as on such a card, and a probe or run beyond it runs out of memory. What is
     # outside torch's allocator (NCCL's buffers) is not capped. 0: the whole GPU. GPU runs only.
-    gpu_memory_cap_gib: float = acts_everywhere(non_negative(0.0, " (0: the whole GPU)"))
+    gpu_memory_cap_gib: float = acts_only(non_negative(0.0, " (0: the whole GPU)"), off_the_cpu, ON_A_GPU)
     # LoRA through peft (hf_trainer only): rank 0 trains every weight (a full fine-tune); a positive rank
     # freezes the model and trains rank-`lora_rank` adapters on `lora_target_modules` (peft's
     # "all-linear": every linear layer but the LM head; or a comma-separated list of module names such as
     # "q_proj,v_proj"), scaled by lora_alpha / lora_rank, with dropout `lora_dropout` on their input.
     lora_rank: int = acts_everywhere(non_negative(0, " (0 is a full fine-tune)"))
-    lora_alpha: int = acts_only(positive(16), _lora, _WITH_LORA)
-    lora_dropout: float = acts_only(fraction(0.05), _lora, _WITH_LORA)
-    lora_target_modules: str = acts_only(setting("all-linear", _module_names), _lora, _WITH_LORA)
+    lora_alpha: int = acts_only(positive(16), lora, WITH_LORA)
+    lora_dropout: float = acts_only(fraction(0.05), lora, WITH_LORA)
+    lora_target_modules: str = acts_only(setting("all-linear", _module_names), lora, WITH_LORA)
     # `auto`: the GPU when there is one, else the CPU; or `cuda` / `cpu`.
     device: str = acts_everywhere(choice("auto", DEVICES))
     # Several GPUs: `num_gpus` per node (1, 2, 4 or 8) on `num_nodes` nodes (1, 2, 4 or 8), each GPU a rank of
@@ -345,9 +289,7 @@ class TrainingArgs(StrictFromJson):
     # (`device: cpu`) the ranks are processes talking over gloo.
     num_gpus: int = acts_everywhere(choice(1, GPUS_PER_NODE))
     num_nodes: int = acts_everywhere(choice(1, NODE_COUNTS))
-    parallelism: str = acts_only(
-        choice("none", PARALLELISMS), _several_gpus, "on several GPUs (num_gpus × num_nodes above 1)"
-    )
+    parallelism: str = acts_only(choice("none", PARALLELISMS), several_gpus, ON_SEVERAL_GPUS)
     # How DDP overlaps the gradients' all-reduce with the backward (parallelism `ddp`; no effect otherwise): it
     # reduces the gradients bucket by bucket as the backward produces them, `ddp_bucket_cap_mb` MiB a bucket
     # (PyTorch's default 25: larger buckets, fewer and larger all-reduces, a longer one left after the backward);
@@ -363,10 +305,10 @@ class TrainingArgs(StrictFromJson):
                 "(25 MiB is 26,214,400 bytes)",
             ),
         ),
-        _ddp,
-        _WITH_DDP,
+        ddp,
+        WITH_DDP,
     )
-    ddp_gradient_as_bucket_view: bool = acts_only(False, _ddp, _WITH_DDP)
+    ddp_gradient_as_bucket_view: bool = acts_only(False, ddp, WITH_DDP)
     # The package releases the run trains with: "" (the installed packages) or pins joined by commas,
     # "liger-kernel==0.8.2" or "liger-kernel==0.8.2,transformers==5.17.0" (Python packages the project installs:
     # liger-kernel, transformers, trl, peft, accelerate, torchao, cut-cross-entropy, datasets, tokenizers,
@@ -426,16 +368,6 @@ def validate_training_args(training_args: TrainingArgs, skip: Collection[str] = 
                 f"max_steps ({t.max_steps}): no step would be measured"
             )
     with problems.check():
-        if (
-            reads("profile_steps", "profile")
-            and t.profile_steps != _TRAINING_FIELDS["profile_steps"].default
-            and not t.profile
-        ):
-            raise SpecError(
-                f"training_args.profile_steps ({t.profile_steps}) with profile false: no step is profiled, so it "
-                "would change nothing; set profile: true, or leave profile_steps out"
-            )
-    with problems.check():
         if reads("model_name"):
             catalog.check_model_name(t.model_name)
             if reads("model_config_overrides"):  # read against the model's config
@@ -458,6 +390,22 @@ class ExperimentArgs(StrictFromJson):
 
     def check(self, skip: Collection[str] = ()) -> None:
         validate_experiment_args(self)  # a refused axis is left empty: not swept
+
+    @classmethod
+    def check_value(cls, key: str, name: str, value: Any) -> None:
+        """An axis: a flat list, each of whose values is checked as the training setting (every value refused is
+        named, not the first)."""
+        check_axis_list(key, name, value)
+        problems = Problems()
+        for element in value:
+            with problems.check():
+                check_setting(key, name, element)
+        problems.raise_if_any()
+
+    @classmethod
+    def unknown_key(cls, section: str, key: object, elsewhere: Mapping[str, type]) -> str:
+        """A training setting that is not an axis is said to be one that cannot be swept."""
+        return not_a_setting(section, key, cls, elsewhere, unsweepable=set(_TRAINING_FIELDS), from_tutorials=True)
 
     arm: list[str] = field(default_factory=list)
     per_device_train_batch_size: list[int] = field(default_factory=list)
@@ -493,61 +441,6 @@ def smoke_experiment() -> "ExperimentArgs":
     """The benchmark workflow's embedded default grid (inputs/smoke.yaml): liger against the baseline at
     batch 1 and 2."""
     return ExperimentArgs(arm=["liger", "baseline"], per_device_train_batch_size=[1, 2])
-
-
-def check_section(cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None) -> None:
-    """Reject unknown keys and wrongly typed values of one inputs section (a dataclass given as a mapping),
-    every one of them in one SpecError (`section_problems`)."""
-    section_problems(cls, section, data, elsewhere)[0].raise_if_any()
-
-
-def section_problems(
-    cls: type, section: str, data: Any, elsewhere: Mapping[str, type] | None = None
-) -> tuple[Problems, set[str]]:
-    """The unknown keys and refused values of one inputs section (a dataclass given as a mapping), and the keys of
-    its settings whose values were refused. An unknown key that is a setting of another section (`elsewhere`, the
-    workflow's other sections by name) is pointed there. A section that is not a mapping is a SpecError.
-
-    `training_args` and `experiment_args` values, and those of a section whose fields are training settings
-    (`SETS_TRAINING_ARGS`, a frontier arm), are checked as settings (type and range), each value of an axis on its
-    own; any other section's fields by their annotation (bool, int, float, str).
-    """
-    if data is None:
-        raise SpecError(
-            f"{section} is null (is every setting under it commented out?): write its settings under it, or leave "
-            f"{section.removesuffix('[]')} out for its defaults"
-        )
-    if not isinstance(data, dict):
-        raise SpecError(f"{section} must be a mapping of settings, got {data!r}")
-    annotations = {f.name: f.type for f in dataclasses.fields(cls)}
-    problems, refused = Problems(), set()
-    for key, value in data.items():
-        before = len(problems.found)
-        with problems.check():
-            if key not in annotations:
-                raise SpecError(
-                    not_a_setting(
-                        section,
-                        key,
-                        cls,
-                        elsewhere or {},
-                        unsweepable=set(_TRAINING_FIELDS) if cls is ExperimentArgs else set(),
-                        from_tutorials=cls in (TrainingArgs, ExperimentArgs),
-                    )
-                )
-            if cls is ExperimentArgs:
-                check_axis_list(f"{section}.{key}", key, value)
-            elif cls is TrainingArgs or getattr(cls, "SETS_TRAINING_ARGS", False):
-                check_setting(f"{section}.{key}", key, value)
-            else:
-                check_type(f"{section}.{key}", annotations[key], value)
-        if cls is ExperimentArgs and isinstance(value, list) and len(problems.found) == before:
-            for element in value:  # every value refused is named, not the first
-                with problems.check():
-                    check_setting(f"{section}.{key}", key, element)
-        if len(problems.found) > before and key in annotations:
-            refused.add(key)
-    return problems, refused
 
 
 def axis_names() -> list[str]:

@@ -1,6 +1,6 @@
 """The Union tutorial's keys and what each becomes in this project: the one table that the conversion of a tutorial
 inputs file (`finetune_bench.inputs.migrate`), the CLI's hint for such a file and the message for each such key
-(`finetune_bench.inputs.settings.check_section`) read.
+(`finetune_bench.inputs.sections.check_section`) read.
 
 The tutorial (and Hugging Face's `TrainingArguments`, which it passes its settings on to) names things its own way:
 `use_liger`, `dataset`, `bf16`, `num_train_epochs`, ...

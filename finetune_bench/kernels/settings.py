@@ -13,7 +13,7 @@ from finetune_bench.inputs import software_sets as set_spelling
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
 from finetune_bench.inputs.rules import acts_everywhere, check_fields, choice, is_integer, list_of, requirement, setting
-from finetune_bench.inputs.settings import StrictFromJson
+from finetune_bench.inputs.sections import StrictFromJson
 from finetune_bench.sources import software
 
 # The kernels benchmarked here, named as Liger's benchmark scripts name them (`kernel_name` in their data), each

@@ -8,9 +8,9 @@ import importlib.util
 import pytest
 
 from finetune_bench.inputs.arms import ArmError, component_notes, default_kernels, parse_arm, uncompiled_layers_problem
+from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import ConditionRefused, SpecError
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.inputs.validation import validate_condition
 from finetune_bench.prediction.memory import resolve_step
 from finetune_bench.prediction.shapes import NoPrediction, model_config, model_shape
 

@@ -79,9 +79,9 @@ def test_what_the_settings_rule_out_is_refused_every_problem_at_once():
         "training_args.attention 'cudnn' with device 'cpu' (in 2 conditions, e.g. condition arm=baseline,"
         "attention=cudnn,allocator=default): PyTorch's CUDNN_ATTENTION kernel runs on CUDA GPUs only; on a CPU use "
         "attention ['sdpa', 'eager', 'flash', 'math']",
-        "training_args.allocator 'expandable_segments' with device 'cpu' (condition arm=baseline,attention=math,"
-        "allocator=expandable_segments): it configures PyTorch's CUDA caching allocator, which a CPU run does not "
-        "use; use allocator 'default'",
+        "experiment_args.allocator 'expandable_segments' acts only on a GPU (device cuda, or auto where there is one: "
+        "a CPU run uses no CUDA allocator), and no condition of the grid qualifies, so it would change nothing; leave "
+        "it at its default ('default') or set what it acts with",
     ]
 
 

@@ -8,10 +8,10 @@ import pytest
 
 from finetune_bench.inputs.arms import parse_arm
 from finetune_bench.inputs.catalog import BACKENDS, CRITERIA, PLAIN_LOOP_CRITERIA
+from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.loss_paths import select_loss_path
 from finetune_bench.inputs.settings import TrainingArgs, check_setting
-from finetune_bench.inputs.validation import validate_condition
 from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import model_config, model_shape
 

@@ -27,7 +27,7 @@ def test_a_refused_setting_does_not_hide_the_checks_across_the_others():
         TrainingArgs,
         {
             "lr_scheduler_type": "cosine_annealing",
-            "profile_steps": 5,
+            "timing_warmup_steps": 9,
             "synthetic_min_words": 60,
             "synthetic_max_words": 20,
             "model_config_overrides": "attention_dropout=1.5",
@@ -36,8 +36,7 @@ def test_a_refused_setting_does_not_hide_the_checks_across_the_others():
     assert found[0].startswith("training_args.lr_scheduler_type: 'cosine_annealing' is not a scheduler")
     assert found[1:] == [
         "training_args.synthetic_min_words must not exceed synthetic_max_words (60 > 20)",
-        "training_args.profile_steps (5) with profile false: no step is profiled, so it would change nothing; set "
-        "profile: true, or leave profile_steps out",
+        "training_args.timing_warmup_steps (9) must be below max_steps (4): no step would be measured",
         "training_args.model_config_overrides: attention_dropout=1.5 is a probability: it must be in [0, 1] (e.g. "
         "attention_dropout=0.1)",
     ]

@@ -5,10 +5,10 @@ table shorter than the sequences, LoRA targets that name no module."""
 import pytest
 
 from finetune_bench.inputs import model_checks
+from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.model_overrides import check_model_config_overrides
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.inputs.validation import validate_condition
 
 
 def problems(check) -> list[str]:

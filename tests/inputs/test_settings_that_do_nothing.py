@@ -23,7 +23,7 @@ def test_eval_steps_beyond_max_steps_is_refused_and_at_max_steps_is_not():
 
 def test_profile_steps_without_profile_is_refused():
     (problem,) = problems(ExperimentArgs(), TrainingArgs(profile_steps=5))
-    assert problem.startswith("training_args.profile_steps (5) with profile false")
+    assert problem.startswith("training_args.profile_steps 5 acts only with profiling on (profile: true)")
     plan_runs(ExperimentArgs(), TrainingArgs(profile_steps=5, profile=True), 1)
 
 

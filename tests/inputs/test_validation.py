@@ -9,7 +9,8 @@ import pytest
 from finetune_bench.inputs.errors import Problems, SpecError
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.rules import check_fields, choice, fraction, positive
-from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs, check_section
+from finetune_bench.inputs.sections import check_section
+from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
 from finetune_bench.inputs.validation import MAX_RUNS, check_writable_location, validate_run_settings
 
 
@@ -195,7 +196,7 @@ def test_liger_s_table_is_read_from_its_source_as_importing_it_would_give():
 
 def test_every_conflict_of_a_condition_is_named_not_only_the_first():
     """LoRA on the default trl_sft backend and a float8 arm with LoRA: two problems of one condition, both said."""
-    from finetune_bench.inputs.validation import validate_condition
+    from finetune_bench.inputs.condition_checks import validate_condition
 
     args = TrainingArgs(lora_rank=8, arm="float8+compile", device="cuda")
     with pytest.raises(SpecError) as error:
@@ -207,7 +208,7 @@ def test_every_conflict_of_a_condition_is_named_not_only_the_first():
 
 def test_a_condition_with_problems_and_a_refusal_reports_the_problems():
     """A refusal ends one condition as an error result; a problem of the inputs stops the grid, and comes first."""
-    from finetune_bench.inputs.validation import validate_condition
+    from finetune_bench.inputs.condition_checks import validate_condition
 
     args = TrainingArgs(model_name="random:tiny-gpt2", arm="liger", criterion="torch_cross_entropy")
     with pytest.raises(SpecError) as error:

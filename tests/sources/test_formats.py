@@ -14,9 +14,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from finetune_bench.inputs.catalog import HUB_DATASETS, SYNTHETIC_LENGTH_DISTRIBUTIONS, default_config, split_names
+from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.settings import TrainingArgs, validate_training_args
-from finetune_bench.inputs.validation import validate_condition
 from finetune_bench.running.backends.data import (
     IGNORE_INDEX,
     PackingNotIsolated,

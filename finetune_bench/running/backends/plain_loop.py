@@ -314,7 +314,7 @@ class LossScaling:
     scaler then skips the step and halves its scale, as transformers' Trainer does with `fp16=True`).
 
     On several GPUs (DDP) each rank unscales gradients that the all-reduce already made the same on every rank, so
-    every rank skips the same steps. FSDP is refused for float16 at planning (`inputs.validation`)."""
+    every rank skips the same steps. FSDP is refused for float16 at planning (`inputs.condition_checks`)."""
 
     def __init__(self, device: torch.device, enabled: bool, optimizer: torch.optim.Optimizer) -> None:
         self.enabled = enabled
@@ -373,12 +373,12 @@ def weight_dtypes(model: torch.nn.Module) -> dict[str, str]:
 
 
 def check_float16_parallelism(args: TrainingArgs, mixed_float16: bool) -> None:
-    """float16 mixed precision is not sharded with FSDP (planning refuses it; `inputs.validation` says why): never
+    """float16 mixed precision is not sharded with FSDP (planning refuses it; `inputs.condition_checks` says why): never
     run it as something else."""
     if mixed_float16 and args.sharded_by_fsdp:
         raise ValueError(
             "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
-            "finetune_bench.inputs.validation); use parallelism 'ddp' or dtype 'bfloat16'"
+            "finetune_bench.inputs.condition_checks); use parallelism 'ddp' or dtype 'bfloat16'"
         )
 
 

@@ -81,8 +81,8 @@ def distributed_arguments(args: TrainingArgs) -> dict:
     the model's dtype, as the plain loop's `fully_shard` does and as one GPU trains. (With bf16 or fp16 set,
     accelerate's FSDP2 would cast every trainable parameter to float32 and train under a mixed-precision policy:
     twice the memory of the other layouts. The model is already in its dtype, so neither is set.) That leaves
-    float16 with FSDP without its autocast and loss scaling, so it is refused (at planning, `inputs.validation`, and
-    here); float16 with DDP keeps the Trainer's `fp16`."""
+    float16 with FSDP without its autocast and loss scaling, so it is refused (at planning,
+    `inputs.condition_checks`, and here); float16 with DDP keeps the Trainer's `fp16`."""
     if args.world_size == 1:
         return {}
     if args.parallelism == "ddp":
@@ -90,7 +90,7 @@ def distributed_arguments(args: TrainingArgs) -> dict:
     if args.dtype == "float16":
         raise ValueError(
             "dtype 'float16' with parallelism 'fsdp': float16 mixed precision is not run sharded (see "
-            "finetune_bench.inputs.validation); use parallelism 'ddp' or dtype 'bfloat16'"
+            "finetune_bench.inputs.condition_checks); use parallelism 'ddp' or dtype 'bfloat16'"
         )
     return {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True}, "bf16": False, "fp16": False}
 
