@@ -126,6 +126,7 @@ def plan_benchmark(
     checked(
         lambda: None,
         lambda: None if dry_run else check_gpus_here(conditions),
+        lambda: None if dry_run else check_target_here(gpu_memory_gib, conditions),
         lambda: check_cap_fits_target([run.training_args for run in runs], target),
         lambda: check_workflow_settings_act([execution, prediction], workload),
         lambda: check_fine_tune_fills(conditions, fine_tune_epochs, fine_tune_steps),
@@ -152,6 +153,16 @@ def check_gpus_here(conditions: list[TrainingArgs]) -> None:
     from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 
     machine.check_gpus_here(conditions, gpu_names(), gpu_memory_bytes())
+
+
+def check_target_here(gpu_memory_gib: float, conditions: list[TrainingArgs]) -> None:
+    """A local run's plan predicts for this machine's GPU (`finetune_bench.inputs.machine.check_target_is_this_gpu`);
+    on a cluster the pods' GPU is the accelerator's."""
+    if for_a_cluster():
+        return
+    from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
+
+    machine.check_target_is_this_gpu(gpu_memory_gib, conditions, gpu_names(), gpu_memory_bytes())
 
 
 def gpu_here() -> bool:

@@ -53,6 +53,30 @@ def check_gpus_here(conditions: list[TrainingArgs], gpu_names: list[str], gpu_me
         raise SpecError(*problems)
 
 
+# How far a target GPU's memory may lie from this machine's before a local run's plan predicts for another card: a
+# card's memory as nvidia-smi reports it differs from what the driver gives a process by a few hundred MiB.
+SAME_GPU_GIB = 2.0
+
+
+def check_target_is_this_gpu(
+    gpu_memory_gib: float, conditions: list[TrainingArgs], gpu_names: list[str], gpu_memory_bytes: float | None
+) -> None:
+    """A local run (not a dry run) trains on this machine's GPU: a `gpu_memory_gib` (the GPU a plan predicts for) of
+    another size, with no `gpu_memory_cap_gib` to make the runs train as on it, would set the plan's verdicts against a
+    card the runs never meet. Most likely the cap was meant: refused, naming both."""
+    if not gpu_memory_gib or not gpu_names or not gpu_memory_bytes:
+        return
+    here = gpu_memory_bytes / GIB
+    uncapped = [t for t in conditions if t.device != "cpu" and not t.gpu_memory_cap_gib]
+    if uncapped and abs(gpu_memory_gib - here) > SAME_GPU_GIB:
+        raise SpecError(
+            f"gpu_memory_gib {gpu_memory_gib:g} predicts for a {gpu_memory_gib:g} GiB GPU, and the runs train "
+            f"uncapped on this {gpu_names[0]} ({here:.1f} GiB): to train as on that card set "
+            f"training_args.gpu_memory_cap_gib: {gpu_memory_gib:g}; to predict for it without training, set dry_run: "
+            "true"
+        )
+
+
 def check_nodes_here(experiment_args: ExperimentArgs, training_args: TrainingArgs) -> None:
     """A run on this one machine (a local run, `pyflyte run` without `--remote`): a condition on several nodes would
     wait for nodes that never come, each key that asks for them named."""

@@ -204,3 +204,18 @@ def dataclasses_replace(args, **changes):
     import dataclasses
 
     return dataclasses.replace(args, **changes)
+
+
+def test_a_local_run_s_target_gpu_of_another_size_without_a_cap_is_refused():
+    """gpu_memory_gib (the GPU a plan predicts for) written in a local run where gpu_memory_cap_gib was meant."""
+    from finetune_bench.inputs.machine import check_target_is_this_gpu
+
+    h200 = (["NVIDIA H200"], 139.8 * 2**30)
+    with pytest.raises(SpecError) as refused:
+        check_target_is_this_gpu(40.0, [TrainingArgs(device="cuda")], *h200)
+    (problem,) = refused.value.problems
+    assert problem.startswith("gpu_memory_gib 40 predicts for a 40 GiB GPU, and the runs train uncapped on this NVIDIA")
+    assert "set training_args.gpu_memory_cap_gib: 40" in problem and "set dry_run: true" in problem
+    check_target_is_this_gpu(40.0, [TrainingArgs(device="cuda", gpu_memory_cap_gib=40.0)], *h200)  # capped: meant
+    check_target_is_this_gpu(139.8, [TrainingArgs(device="cuda")], *h200)  # this GPU
+    check_target_is_this_gpu(40.0, [TrainingArgs(device="cuda")], [], None)  # no GPU here: nothing to compare

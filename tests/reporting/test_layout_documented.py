@@ -10,11 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _layout_entries() -> dict[str, str]:
-    """Each entry of the code layout (`analysis/`, `reporting/`, `workflows/`, ...) → its text."""
-    page = (ROOT / "docs" / "architecture.md").read_text()
-    block = page.split("## Code layout", 1)[1].split("```", 2)[1]
+    """Each entry of the code layout → its text: a package's paragraph (`- **`analysis/`** ...`) and each entry of
+    the block of what is around the package (`workflows/`, `tasks/`, ...)."""
+    section = (ROOT / "docs" / "architecture.md").read_text().split("## Code layout", 1)[1].split("\n## ", 1)[0]
+    packages = re.findall(r"^- \*\*`([a-z_]+/)`\*\*(.*?)(?=^- |^\S|\Z)", section, flags=re.M | re.S)
+    block = section.split("```", 2)[1]
     entries = re.split(r"\n(?=  ?[a-z_]+/\s|[a-z_]+/\s)", block)
-    return {entry.split()[0]: " ".join(entry.split()) for entry in entries if entry.strip()}
+    around = {entry.split()[0]: " ".join(entry.split()) for entry in entries if entry.strip()}
+    return around | {name: " ".join(text.split()) for name, text in packages}
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,8 @@ def loss_and_gradients(criterion: str) -> tuple[torch.Tensor, dict[str, torch.Te
     return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
 
 
+# slow: torch.compile of the CCE loss on a CPU (about two minutes on 2 cores); the plain-loop run below trains it
+@pytest.mark.slow
 def test_cce_gives_torch_s_loss_and_gradients_on_the_same_shifted_masked_labels():
     assert cce_implementation(torch.device("cpu")) == "torch_compile"
     assert cce_implementation(torch.device("cuda")) == "cce"

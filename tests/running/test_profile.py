@@ -150,6 +150,8 @@ def test_the_report_compares_arms_by_category(profiled):
     assert "Profile" not in grid_report(analyze_table(table, ["arm"], {})).sections
 
 
+# slow: a whole workflow with profiling (about two minutes on 2 cores); each backend's profile is tested above
+@pytest.mark.slow
 def test_the_workflow_exports_each_profile(tmp_path):
     inputs = tmp_path / "inputs.yaml"
     inputs.write_text(
