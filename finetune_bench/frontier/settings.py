@@ -46,6 +46,10 @@ def flag(default: bool) -> Any:
     return setting(default, requirement(lambda v: isinstance(v, bool), "must be true or false"))
 
 
+# The shortest probe timeout taken: a probe's child starts, imports, builds the model and trains two steps (a CPU's
+# tiny model takes about 10 s, an 8B model on a GPU a minute); below this every probe would end as a timeout.
+MIN_PROBE_TIMEOUT_S = 30
+
 # Where a search's own settings act: the search is the context of its scopes (`rules.acts_only`).
 WHEN_ENABLED = "with the search enabled (enabled: true)"
 
@@ -152,7 +156,7 @@ class ProbeSettings(StrictFromJson):
     # Re-probes of the frontier; one that runs out of memory moves the frontier below it.
     confirmations: int = acts_everywhere(at_least(1, minimum=0))
     # Seconds after which a probe is killed and counts as a timeout.
-    timeout_s: int = acts_everywhere(at_least(1800, minimum=1))
+    timeout_s: int = acts_everywhere(at_least(1800, minimum=MIN_PROBE_TIMEOUT_S))
     # Start at the memory model's predicted frontier and aim each next probe where the measured memory reaches the
     # GPU's limit (docs/frontier.md); false, or where there is no prediction: doubling from the start value.
     guided: bool = acts_everywhere(flag(True))

@@ -56,6 +56,7 @@ MEASURED_RUNS = (
     "batch-size search)"
 )
 TRAINS = "where a condition trains (a backend other than forward_only)"
+PREDICTS = "where the plan predicts for a GPU: a condition whose device is cuda or auto (on a CPU nothing is predicted)"
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,15 @@ class Workload:
     measured_runs: bool
     trains: bool
     on_gpu: bool
+    predicts: bool = True
 
     @classmethod
     def of(cls, conditions: list[TrainingArgs], gpu_here: bool, target_gpu: bool = False) -> "Workload":
         """The workload of measured runs with `conditions` (empty: none), where `gpu_here` says whether device auto
         finds a GPU (a cluster's pods: true) and `target_gpu` whether a dry run predicts for one."""
         on_gpu = target_gpu or any(t.device == "cuda" or (t.device == "auto" and gpu_here) for t in conditions)
-        return cls(bool(conditions), any(t.backend != "forward_only" for t in conditions), on_gpu)
+        predicts = any(t.device != "cpu" for t in conditions)
+        return cls(bool(conditions), any(t.backend != "forward_only" for t in conditions), on_gpu, predicts)
 
 
 @dataclass
@@ -101,15 +104,15 @@ class PredictionTarget:
     and whether a sure out-of-memory is recorded without launching it; and the whole fine-tune the measured runs are
     projected to."""
 
-    gpu_kind: str = acts_everywhere("")
-    gpu_memory_gib: float = acts_everywhere(0.0)
+    gpu_kind: str = acts_only("", lambda w: w.predicts, PREDICTS)
+    gpu_memory_gib: float = acts_only(0.0, lambda w: w.predicts, PREDICTS)
     gpu_hour_price: float = acts_only(
         0.0,
         lambda w: w.on_gpu,
         "where a run trains on a GPU (training_args.device cuda, or auto where a GPU is), or a dry run predicts for "
         "one (gpu_kind or gpu_memory_gib): a CPU's time is not priced at a GPU's rate",
     )
-    skip_predicted_oom: bool = acts_everywhere(False)
+    skip_predicted_oom: bool = acts_only(False, lambda w: w.predicts, PREDICTS)
     # The fine-tune the user plans, projected from the measured runs (`analysis.projection`): `fine_tune_steps`
     # optimizer steps, or (0) `fine_tune_epochs` passes over the training data.
     fine_tune_epochs: float = acts_only(1.0, lambda w: w.trains, TRAINS)

@@ -99,6 +99,11 @@ def check_fine_tune(fine_tune_epochs: float, fine_tune_steps: int) -> None:
             f"fine_tune_steps must be a whole number of optimizer steps from 0 (the epochs decide) to "
             f"{MAX_FINE_TUNE_STEPS:,}, got {steps!r}"
         )
+    if not problems.found and steps and epochs != FineTune().epochs:
+        problems.found.append(
+            f"fine_tune_epochs {epochs:g} with fine_tune_steps {steps:,}: the steps decide the fine-tune, so the "
+            "epochs would change nothing; leave one of them out"
+        )
     problems.raise_if_any()
 
 

@@ -219,3 +219,21 @@ def test_a_local_run_s_target_gpu_of_another_size_without_a_cap_is_refused():
     check_target_is_this_gpu(40.0, [TrainingArgs(device="cuda", gpu_memory_cap_gib=40.0)], *h200)  # capped: meant
     check_target_is_this_gpu(139.8, [TrainingArgs(device="cuda")], *h200)  # this GPU
     check_target_is_this_gpu(40.0, [TrainingArgs(device="cuda")], [], None)  # no GPU here: nothing to compare
+
+
+def test_the_epochs_beside_steps_a_cpu_grid_s_prediction_target_and_a_short_probe_timeout_are_refused():
+    from finetune_bench.frontier.settings import ProbeSettings
+    from finetune_bench.inputs.plan import PredictionTarget, Workload, check_workflow_settings_act
+    from finetune_bench.prediction.fine_tune import check_fine_tune
+
+    with pytest.raises(SpecError, match=r"^fine_tune_epochs 3 with fine_tune_steps 500: the steps decide"):
+        check_fine_tune(3.0, 500)
+    check_fine_tune(1.0, 500)  # the epochs left at their default
+    cpu = Workload.of([TrainingArgs(device="cpu")], gpu_here=False)
+    with pytest.raises(SpecError) as refused:
+        check_workflow_settings_act([PredictionTarget(gpu_kind="H100", skip_predicted_oom=True)], cpu)
+    assert [p.split(" acts only")[0] for p in refused.value.problems] == ["gpu_kind 'H100'", "skip_predicted_oom True"]
+    auto = Workload.of([TrainingArgs(device="auto")], gpu_here=False)  # a dry run's plan on a laptop predicts
+    check_workflow_settings_act([PredictionTarget(gpu_kind="H100", skip_predicted_oom=True)], auto)
+    with pytest.raises(SpecError, match="probes.timeout_s must be at least 30, got 10"):
+        ProbeSettings(timeout_s=10).check()
