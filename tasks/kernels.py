@@ -12,6 +12,7 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.kernels.report import build_kernel_report, comparison, nothing_measured
 from finetune_bench.kernels.settings import (
     KernelBenchmarkSettings,
+    check_device_here,
     check_software_sets_install,
     kernels_not_benchmarked,
     kernels_to_run,
@@ -19,7 +20,7 @@ from finetune_bench.kernels.settings import (
 from images import analysis_image, training_image
 from tasks.analysis import publish
 from tasks.inputs_yaml import inputs_file_argument
-from tasks.plan import check_export_location, checked
+from tasks.plan import check_export_location, checked, for_a_cluster
 from tasks.registration import ANALYSIS_RESOURCES, REGISTRATION_ENV, TRAIN_ACCELERATOR, TRAIN_RESOURCES
 
 
@@ -27,6 +28,13 @@ class KernelPlan(NamedTuple):
     kernels: list[str]
     # What the installed liger-kernel ships that this benchmark has no case for (the report lists them).
     not_benchmarked: list[str]
+
+
+def local_gpu_names() -> list[str]:
+    """This machine's GPUs (NVML; none without a driver)."""
+    from finetune_bench.measuring.gpu import gpu_names
+
+    return gpu_names()
 
 
 # The training image: liger-kernel is installed there, and its list of kernels is read from it.
@@ -40,6 +48,7 @@ def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
             sweep.check,
             check_export_location,
             lambda: check_software_sets_install(sweep),
+            lambda: None if for_a_cluster() else check_device_here(sweep, local_gpu_names()),
         ),
         kernels_not_benchmarked(),
     )

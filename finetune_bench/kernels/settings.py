@@ -62,6 +62,14 @@ def _known_kernels(key: str, names: list[str]) -> None:
         raise SpecError(
             *(f"{key}: {name!r} is not a kernel here{closest(name, known)}; known: {known}" for name in unknown)
         )
+    _no_repeats(key, names)
+
+
+def _no_repeats(key: str, values: list[str]) -> None:
+    """A list of names each given once: a repeat would be run once (kernels) or measured twice (modes)."""
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise SpecError(f"{key} repeats {', '.join(repr(value) for value in repeated)}: list each once")
 
 
 def _bundled_architecture(key: str, model: str) -> None:
@@ -117,6 +125,7 @@ def _known_modes(key: str, modes: list[str]) -> None:
     unknown = [mode for mode in modes or [None] if mode not in MODES]
     if unknown:
         raise SpecError(*(f"{key}: {mode!r} is not a mode; known: {list(MODES)}" for mode in unknown))
+    _no_repeats(key, modes)
 
 
 def _software_sets(key: str, sets: list[str]) -> None:
@@ -277,6 +286,17 @@ class KernelBenchmarkSettings(StrictFromJson):
     software_sets: list[str] = acts_everywhere(
         setting([], list_of(str, "software sets", "'', liger-kernel==0.8.2"), _software_sets)
     )
+
+
+def check_device_here(sweep: KernelBenchmarkSettings, gpu_names: list[str]) -> None:
+    """A sweep on this machine (a local run), whose GPUs are `gpu_names`: `device: cuda` without one would start each
+    kernel's child only for it to fail."""
+    if sweep.device == "cuda" and not gpu_names:
+        raise SpecError(
+            f"{sweep.SECTION}.device 'cuda': this machine has no GPU that this local run could use; set device: auto "
+            "(the Triton interpreter on a CPU: a check that everything runs, its timings meaningless) or run it on a "
+            "GPU machine or a cluster"
+        )
 
 
 def providers(kernel: str, compile_reference: bool) -> list[str]:

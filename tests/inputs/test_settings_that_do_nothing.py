@@ -237,3 +237,16 @@ def test_the_epochs_beside_steps_a_cpu_grid_s_prediction_target_and_a_short_prob
     check_workflow_settings_act([PredictionTarget(gpu_kind="H100", skip_predicted_oom=True)], auto)
     with pytest.raises(SpecError, match="probes.timeout_s must be at least 30, got 10"):
         ProbeSettings(timeout_s=10).check()
+
+
+def test_a_kernel_sweep_s_repeated_names_and_a_cuda_device_without_a_gpu_are_refused():
+    from finetune_bench.kernels.settings import KernelBenchmarkSettings, check_device_here
+
+    with pytest.raises(SpecError, match=r"^sweep.modes repeats 'forward': list each once$"):
+        KernelBenchmarkSettings(modes=["forward", "forward", "full"]).check()
+    with pytest.raises(SpecError, match=r"^sweep.kernels repeats 'rms_norm': list each once$"):
+        KernelBenchmarkSettings(kernels=["rms_norm", "swiglu", "rms_norm"]).check()
+    with pytest.raises(SpecError, match=r"^sweep.device 'cuda': this machine has no GPU"):
+        check_device_here(KernelBenchmarkSettings(device="cuda"), [])
+    check_device_here(KernelBenchmarkSettings(device="cuda"), ["NVIDIA H200"])
+    check_device_here(KernelBenchmarkSettings(device="auto"), [])
