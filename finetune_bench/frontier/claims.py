@@ -13,7 +13,7 @@ import pandas as pd
 
 from finetune_bench.frontier.settings import SEARCH_SECTIONS, SEQ_LENGTH, FrontierSearch
 from finetune_bench.frontier.simulated import SIMULATED
-from finetune_bench.frontier.tables import for_display
+from finetune_bench.frontier.tables import for_display, is_borderline
 from finetune_bench.inputs.errors import SpecError, closest
 from finetune_bench.reporting.html import wrapping_table_html
 
@@ -89,7 +89,7 @@ def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFr
             row["measured: trains up to"] = found.get("frontier")
             row["measured: runs out of memory at"] = found.get("first_oom")
             row["agrees"] = _agrees(fits, runs_out, found.get("frontier"), found.get("first_oom"))
-            if row["agrees"] == "yes" and _flagged(found.get("borderline")):
+            if row["agrees"] == "yes" and is_borderline(found.get("borderline")):
                 # the claimed size trains only within the memory the run held outside the allocator of the cap
                 row["agrees"] = (
                     f"yes, borderline (the last fit within {found['cap_headroom_gib']:.2f} GiB of the cap; "
@@ -121,11 +121,6 @@ def claim_html(name: str, searches: list[FrontierSearch], frontiers: pd.DataFram
         + "<p>The setups: the claim's as its source states it, this frontier's from its settings.</p>"
         + wrapping_table_html(setups)
     )
-
-
-def _flagged(value: object) -> bool:
-    """A flag of the frontier table that is set (not False, None or NaN)."""
-    return bool(pd.notna(value) and value)
 
 
 def _agrees(fits: int | None, runs_out: int | None, frontier: object, first_oom: object) -> str:

@@ -125,11 +125,15 @@ def cap_headroom_gib(environment: dict[str, str], at_frontier: Probe | None) -> 
     return (usable_bytes(float(cap) * GIB) - at_frontier.peak_reserved_bytes) / GIB
 
 
+def is_borderline(flag: object) -> bool:
+    """Whether a frontier's `borderline` cell is set (not False, None or NaN: unknown without a cap)."""
+    return bool(pd.notna(flag) and flag)
+
+
 def borderline_note(row: Any) -> str:
     """Why a frontier is borderline ("" where it is not): its headroom under the cap and the memory outside the
     allocator it lies within."""
-    flag = getattr(row, "borderline", None)
-    if not (pd.notna(flag) and bool(flag)):
+    if not is_borderline(getattr(row, "borderline", None)):
         return ""
     return (
         f"borderline: its last fit came within {row.cap_headroom_gib:.2f} GiB of the cap, and the run held "

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from finetune_bench.inputs.errors import Problems
+from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
+from finetune_bench.inputs.errors import Problems, SpecError
 
 # Seeded draws of the fine-tune's data order whose counts are averaged.
 DRAWS = 8
@@ -203,9 +204,6 @@ def check_fine_tune_fills(conditions: list["TrainingArgs"], epochs: float, steps
     tokenized) that fills no optimizer step, or that would make the projection itself slow (`MAX_DRAWN_ROWS`); one
     problem per kind, naming the fine-tune once. The fine-tune left at its default (one epoch) is not refused for
     filling no step: a small grid is then measured and said not to project."""
-    from finetune_bench.inputs.catalog import SYNTHETIC_PREFIX
-    from finetune_bench.inputs.errors import SpecError
-
     fine_tune = FineTune(epochs=epochs, steps=steps)
     asked = fine_tune != FineTune()
     empty = large = ""
