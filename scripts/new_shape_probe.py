@@ -13,6 +13,7 @@ Each length of --lengths comes --repeats times, in a seeded random order after -
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import random
 import statistics
@@ -98,6 +99,17 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     compiles = CompileCounter()
     compiles.install()
+    masks = {"with_mask": 0, "without_mask": 0}
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counted_sdpa(*args, **kwargs):
+        # whether the attention call carries a mask: cuDNN's any-length plans (TORCH_CUDNN_SDPA_AVOID_RECOMPILE)
+        # take none
+        has_mask = (args[3] if len(args) > 3 else kwargs.get("attn_mask")) is not None
+        masks["with_mask" if has_mask else "without_mask"] += 1
+        return sdpa(*args, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = counted_sdpa
 
     rows, seen = [], set()
     profiles: dict[bool, list[cProfile.Profile]] = {True: [], False: []}
@@ -174,6 +186,8 @@ def main() -> None:
                     {"s_per_step": round(d, 4), "function": k} for d, k in differences[: opts.top]
                 ],
                 "steps": rows,
+                "attention_calls": masks,
+                "any_length_switch": os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", ""),
                 "gpu": torch.cuda.get_device_name(),
                 "torch": torch.__version__,
             }

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-# The settings a configuration is told by, in both tables: the long run may train one configuration of the short
-# grid, whose condition ids then differ (the settings do not).
-KEYS = ["arm", "packing", "pad_to_multiple_of", "attention", "per_device_train_batch_size"]
+from finetune_bench.inputs.settings import axis_names
+
+# The settings a configuration is told by, in both tables (every sweepable axis): the long run may train one
+# configuration of the short grid, whose condition ids then differ (the settings do not).
+KEYS = axis_names()
 
 
 def _counted(results: pd.DataFrame) -> pd.DataFrame:

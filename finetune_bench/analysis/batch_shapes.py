@@ -10,7 +10,7 @@ throughput differ by more than the same margin.
 
 import pandas as pd
 
-from finetune_bench.analysis.numbers import number_text
+from finetune_bench.analysis.numbers import number_text, setting_text
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.results.record import OK
 
@@ -19,7 +19,8 @@ SHAPE_MARGIN = 0.03
 # How a user makes batch shapes repeat, said wherever an arm's figure depends on them.
 REMEDY = (
     "`pad_to_multiple_of: 64` makes padded batches repeat a few lengths; `packing: true` fills every row to "
-    "max_seq_length (one shape)"
+    "max_seq_length (one shape); at one unpacked row a batch, `cudnn_any_length: true` has cuDNN's attention reuse "
+    "one plan per power-of-two length"
 )
 # A run that compiled Triton kernels for this long in its timed steps is said to have (a kernel loaded from Triton's
 # disk cache takes milliseconds: no word).
@@ -42,7 +43,7 @@ def _margin(row: dict) -> float:
 
 
 def _at(row: dict, others: list[str]) -> str:
-    return ", ".join(f"{axis} {row[axis]}" for axis in others)
+    return ", ".join(setting_text(axis, row[axis]) for axis in others)
 
 
 def _runs_at(table: pd.DataFrame, arm: str, row: dict, others: list[str]) -> pd.DataFrame:

@@ -26,3 +26,9 @@ def span_text(values: pd.Series) -> str:
     if len(values) == 1:
         return f"×{number_text(values.iloc[0])}"
     return f"×{number_text(values.min())}–{number_text(values.max())}"
+
+
+def setting_text(axis: str, value: object) -> str:
+    """One swept setting at one value, as an inputs file writes it: "packing true" (not "True"),
+    "pad_to_multiple_of 64"."""
+    return f"{axis} {str(value).lower() if isinstance(value, bool) else value}"

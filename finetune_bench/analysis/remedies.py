@@ -13,6 +13,7 @@ as configured; the fastest configuration may combine several.
 
 import pandas as pd
 
+from finetune_bench.analysis.numbers import setting_text
 from finetune_bench.analysis.projection import (
     NEW_SHAPE_PRICE,
     PROJECTED_THROUGHPUT,
@@ -50,8 +51,10 @@ RANKING_COLUMNS = [
 def _label(point: dict, reference: dict) -> str:
     """A configuration in words: what differs from the one as configured ("as configured" when nothing does)."""
     moved = [
-        f"{axis} {value}" if axis != "arm" else str(value) for axis, value in point.items() if reference[axis] != value
-    ]  # noqa: E501
+        str(value) if axis == "arm" else setting_text(axis, value)
+        for axis, value in point.items()
+        if reference[axis] != value
+    ]
     return ", ".join(moved) or "as configured"
 
 

@@ -61,6 +61,7 @@ from finetune_bench.inputs.training_scopes import (
     WITH_HELD_OUT_EXAMPLES,
     WITH_LORA,
     WITH_PROFILING,
+    WITHOUT_AN_ATTENTION_MASK,
     ddp,
     evaluates,
     generated_data,
@@ -71,6 +72,7 @@ from finetune_bench.inputs.training_scopes import (
     real_dataset,
     several_gpus,
     trains,
+    unmasked_cudnn_attention,
     warms_up,
 )
 from finetune_bench.inputs.tutorial import flow
@@ -258,6 +260,14 @@ class TrainingArgs(StrictFromJson):
     # CUDA GPU; `flash` on a GPU needs compute capability 8.0 or newer and float16 or bfloat16 (on a CPU it is
     # PyTorch's CPU flash kernel). See `finetune_bench.inputs.catalog.ATTENTIONS`.
     attention: str = acts_everywhere(choice("sdpa", ATTENTIONS))
+    # cuDNN's attention plans for any length (PyTorch's TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1, set in the run's process
+    # before its first step; false removes one the launching environment exported): instead of building a plan,
+    # on the host, for each sequence length it meets (about a step's time on a 1B model, paid at every new length of
+    # variable-length data), cuDNN reuses one per power-of-two length. PyTorch takes this path only for a call
+    # without an attention mask, so it acts on unpacked batches of one row (transformers then passes the causal hint
+    # alone); a padded batch of several rows carries a mask, and there `pad_to_multiple_of`, `packing` or attention
+    # `efficient` remove the price instead (docs/measurements.md). Experimental in PyTorch.
+    cudnn_any_length: bool = acts_only(False, unmasked_cudnn_attention, WITHOUT_AN_ATTENTION_MASK)
     # PyTorch's CUDA caching allocator: `default`, or `expandable_segments` (`expandable_segments:True` in the
     # training process's PYTORCH_CUDA_ALLOC_CONF: segments grow in place, which leaves less memory cut into blocks
     # no later tensor fits). Other options of a PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) already set where
@@ -432,6 +442,7 @@ class ExperimentArgs(StrictFromJson):
     # (pad_to_multiple_of 0: packed rows have no padding), once.
     packing: list[bool] = field(default_factory=list)
     pad_to_multiple_of: list[int] = field(default_factory=list)
+    cudnn_any_length: list[bool] = field(default_factory=list)
     allocator: list[str] = field(default_factory=list)
     # Each a set of package pins ("liger-kernel==0.8.2"); "" is the installed packages.
     software_set: list[str] = field(default_factory=list)

@@ -46,6 +46,15 @@ def probes_padded_shapes(t: Any) -> bool:
     return t.backend == "plain_loop" and not t.packing and t.device != "cpu"
 
 
+def unmasked_cudnn_attention(t: Any) -> bool:
+    """Whether cuDNN's attention may meet this condition's batches without an attention mask: SDPA left to choose
+    (cuDNN first on recent GPUs) or pinned to cuDNN, on a GPU, one unpacked row a batch (transformers passes no mask
+    where no row is padded, only the causal hint)."""
+    return (
+        t.device != "cpu" and t.attention in ("sdpa", "cudnn") and not t.packing and t.per_device_train_batch_size == 1
+    )
+
+
 def off_the_cpu(t: Any) -> bool:
     return t.device != "cpu"
 
@@ -69,6 +78,11 @@ WITH_LORA = "with LoRA (lora_rank above 0)"
 WITH_HELD_OUT_EXAMPLES = "with held-out examples (eval_examples above 0)"
 WITH_PROFILING = "with profiling on (profile: true)"
 PADDED_PLAIN_LOOP_ON_A_GPU = "with the plain loop on padded batches on a GPU (backend plain_loop, packing false)"
+WITHOUT_AN_ATTENTION_MASK = (
+    "where cuDNN's attention meets batches without an attention mask on a GPU (attention 'sdpa' or 'cudnn', packing "
+    "false, per_device_train_batch_size 1): PyTorch builds cuDNN's any-length plans only for a call without a mask, "
+    "and a padded batch of several rows carries one (packed rows a block-diagonal one)"
+)
 ON_A_GPU = "on a GPU (device cuda, or auto where there is one: a CPU run uses no CUDA allocator)"
 ON_SEVERAL_GPUS = "on several GPUs (num_gpus × num_nodes above 1)"
 WITH_DDP = "with parallelism 'ddp' on several GPUs (num_gpus × num_nodes above 1)"

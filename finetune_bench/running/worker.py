@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         pinned_attention,
         resolve_device,
         resolve_dtype,
+        set_cudnn_any_length,
     )
     from finetune_bench.running.liger_patching import LigerNotApplied
     from finetune_bench.sources import software
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     teardown_from: float | None = None
     try:
         check_allocator(args.allocator, os.environ)
+        outcome.details["cudnn_any_length"] = set_cudnn_any_length(args.cudnn_any_length, os.environ)
         if args.gpu_memory_cap_gib and device.type == "cuda":  # a GPU of another size, emulated
             fraction = cap_memory(device, args.gpu_memory_cap_gib)
             outcome.environment["gpu_memory_cap_gib"] = f"{args.gpu_memory_cap_gib:g}"

@@ -198,15 +198,15 @@ def test_the_remedies_are_ranked_by_the_fine_tunes_time_and_the_console_says_whi
     assert len({run.condition_id for run in planned}) == 6
     assert not any(run.training_args.packing and run.training_args.pad_to_multiple_of for run in planned)
     ranking = analysis.remedies
-    assert ranking["configuration"].iloc[0] == "liger, packing True"  # fastest: both changes
+    assert ranking["configuration"].iloc[0] == "liger, packing true"  # fastest: both changes
     assert list(ranking["fine_tune_s"]) == sorted(ranking["fine_tune_s"])
     base = ranking.set_index("configuration").loc["as configured"]
     assert base["speedup"] == 1.0
     lines = headline(analysis)
     assert lines[1].startswith("Which change buys most, your fine-tune (1 epoch): as configured")
-    assert "fastest: liger, packing True" in lines[1] and "each change alone:" in lines[1]
+    assert "fastest: liger, packing true" in lines[1] and "each change alone:" in lines[1]
     alone = lines[1].split("each change alone: ")[1]
-    assert alone.index("packing True") < alone.index("pad_to_multiple_of 64") < alone.index("liger ")
+    assert alone.index("packing true") < alone.index("pad_to_multiple_of 64") < alone.index("liger ")
     assert lines[2].startswith("Packing: packing puts several examples in one row")
 
 

@@ -110,3 +110,24 @@ def test_the_axes_pass_the_strict_from_json():
     experiment = ExperimentArgs.from_json('{"attention": ["sdpa", "math"], "allocator": ["expandable_segments"]}')
     assert experiment.attention == ["sdpa", "math"]
     assert experiment.allocator == ["expandable_segments"]
+
+
+def test_the_any_length_switch_is_refused_where_every_batch_carries_a_mask():
+    # batch 4 of generated rows: padded, so every attention call carries a mask and cuDNN never takes the switch
+    (problem,) = refusal(sweep(), TrainingArgs(device="cuda", per_device_train_batch_size=4, cudnn_any_length=True))
+    assert problem.startswith(
+        "training_args.cudnn_any_length True acts only where cuDNN's attention meets batches without an attention "
+        "mask on a GPU (attention 'sdpa' or 'cudnn', packing false, per_device_train_batch_size 1)"
+    )
+    for where in (
+        {"per_device_train_batch_size": 1, "packing": True, "backend": "trl_sft"},
+        {"per_device_train_batch_size": 1, "attention": "efficient"},
+        {"per_device_train_batch_size": 1, "device": "cpu"},
+    ):
+        assert len(refusal(sweep(), TrainingArgs(**{"device": "cuda", "cudnn_any_length": True, **where}))) == 1
+    # one row a batch, unpacked, cuDNN's attention possible: it acts, and sweeps as an axis
+    runs = plan_runs(
+        sweep(cudnn_any_length=[False, True]), TrainingArgs(device="cuda", per_device_train_batch_size=1), 1
+    )
+    assert [r.training_args.cudnn_any_length for r in runs] == [False, True]
+    plan_runs(sweep(), TrainingArgs(per_device_train_batch_size=1, attention="cudnn", cudnn_any_length=True), 1)

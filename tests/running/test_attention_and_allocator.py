@@ -17,7 +17,13 @@ from finetune_bench.running.allocator import (
     merged_alloc_conf,
     set_allocator,
 )
-from finetune_bench.running.backends.common import AttentionNotRunnable, check_attention_runs_here, pinned_attention
+from finetune_bench.running.backends.common import (
+    ANY_LENGTH_ENV,
+    AttentionNotRunnable,
+    check_attention_runs_here,
+    pinned_attention,
+    set_cudnn_any_length,
+)
 from finetune_bench.running.launch import run_in_child
 
 pytestmark = pytest.mark.usefixtures("undo_liger_patches")
@@ -50,6 +56,18 @@ def test_a_cpu_run_trains_with_its_attention_and_records_it(
     assert result.details["sdpa_kernel"] == kernel
     assert result.details["attn_implementation"] == implementation
     assert result.details["steps_completed"] == "2"
+    assert result.details["cudnn_any_length"] == "off"
+
+
+def test_the_any_length_switch_is_the_settings_own():
+    env = {"PATH": "/bin"}
+    assert set_cudnn_any_length(True, env) == f"on ({ANY_LENGTH_ENV}=1)"
+    assert env == {"PATH": "/bin", ANY_LENGTH_ENV: "1"}
+    # off removes one the launching environment exported: the run's attention is what its settings say
+    env = {ANY_LENGTH_ENV: "1"}
+    assert set_cudnn_any_length(False, env) == f"off ({ANY_LENGTH_ENV}='1' removed)"
+    assert env == {}
+    assert set_cudnn_any_length(False, env) == "off"
 
 
 def test_a_cuda_only_kernel_resolved_on_a_cpu_ends_as_an_error_naming_it(tmp_path, tiny_dataset_dir, tiny_model_dir):

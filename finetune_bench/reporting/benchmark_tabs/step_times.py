@@ -35,7 +35,9 @@ NEW_SHAPE_CAUSE = (
     "description), and the projection prices no length with such a step or probe. <b>Remedies that work:</b> for the "
     "plans, <code>pad_to_multiple_of: 64</code> leaves a few lengths (about 5 % of the steady throughput spent on "
     "padding), <code>packing: true</code> one, <code>attention: efficient</code> pays almost nothing per length but is "
-    "12-15 % slower at the steady state; for the one-time compilations, a JIT cache the pods share "
+    "12-15 % slower at the steady state; at one unpacked row a batch (no attention mask), "
+    "<code>cudnn_any_length: true</code> has cuDNN reuse one plan per power-of-two length; for the one-time "
+    "compilations, a JIT cache the pods share "
     "(<code>CUDA_CACHE_PATH</code> on a volume), or <code>n_runs</code> of 3 or more, whose medians leave a cold first "
     "run out (docs/measurements.md).</p>"
 )
@@ -124,7 +126,10 @@ def step_times_tab(a: GridAnalysis) -> str:
             "what a step at a length its run had never met took beyond the step-time line (<code>new_shape_price_s"
             "</code>), how many such steps your fine-tune meets, and the share of its projected time they make. "
             "Packing leaves one shape, <code>pad_to_multiple_of</code> a few, <code>attention: efficient</code> builds "
-            "no plan per length." + best + "</p>" + compact_table_html(prices, list(prices.columns), "these conditions")
+            "no plan per length, and <code>cudnn_any_length</code> (one row a batch) one plan per power of two."
+            + best
+            + "</p>"
+            + compact_table_html(prices, list(prices.columns), "these conditions")
         )
     if not a.skewed_runs.empty:
         parts.append(

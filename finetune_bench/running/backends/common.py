@@ -2,7 +2,7 @@
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +135,23 @@ def pinned_attention(attention_name: str, device: torch.device, dtype: torch.dty
             "e.g. an attention mask, which padded batches need, grouped-query attention (fewer key/value heads than "
             f"query heads), or a head size it does not take): {exc}"
         ) from exc
+
+
+# PyTorch's switch for cuDNN attention plans that serve any length (read once per process, at its first cuDNN
+# attention call): the `cudnn_any_length` setting's.
+ANY_LENGTH_ENV = "TORCH_CUDNN_SDPA_AVOID_RECOMPILE"
+
+
+def set_cudnn_any_length(on: bool, environ: MutableMapping[str, str]) -> str:
+    """Set PyTorch's any-length switch in `environ` (the run's process's own, before its first step) as the setting
+    says: `1`, or removed where the launching environment exported it (a run's attention is what its settings say).
+    PyTorch reads it at the process's first cuDNN attention call; a child forked from the fork server (which never
+    runs attention) reads it fresh. Returns what the run records."""
+    if on:
+        environ[ANY_LENGTH_ENV] = "1"
+        return f"on ({ANY_LENGTH_ENV}=1)"
+    inherited = environ.pop(ANY_LENGTH_ENV, None)
+    return "off" if inherited is None else f"off ({ANY_LENGTH_ENV}={inherited!r} removed)"
 
 
 def attention_details(attention_name: str) -> dict[str, str]:
