@@ -11,7 +11,8 @@ What does not depend on it:
   attention's work, the rows × their length squared: `fit_across_lengths`), from the steps at a shape already met:
   the timed steps that met no new shape and the new-shape probes' second steps (`running.backends.shape_probes`,
   spread over the lengths the fine-tune meets, so that the line holds where every timed step met a new length),
-  moved to their mean (a total is a sum); and the mean time a new-shape step took beyond it.
+  moved to the mean of them all, the slow ones included (a total is a sum: a pause at a known shape is time the
+  fine-tune pays, at the rate the benchmark met it); and the mean time a new-shape step took beyond it.
 
 The fine-tune's batches, its steps and the lengths new at each are drawn as the trainer draws them
 (`prediction.fine_tune.schedule`). Then, per run:
@@ -24,12 +25,15 @@ The fine-tune's batches, its steps and the lengths new at each are drawn as the 
 
 and its throughput, the fine-tune's non-padding tokens over that time, is compared between arms as every other
 throughput is (`analysis.stats`: the geometric mean of paired ratios, its t interval). Packed rows or full
-sequences are one shape: the projection is then the steady state, with the warm-up added. Evaluation,
-checkpointing and start-up are not projected.
+sequences are one shape: the projection is then the timed steps' mean step time, slow steps included, with the
+warm-up added. Evaluation, checkpointing and start-up are not projected.
 
 Timed steps and probes during which the CUDA JIT cache grew (`measuring.jit_cache`: the first run on a machine
-compiling kernels, 1.5-3 s a step, once for the machine and not again at the same lengths) price no length: the
-machine's one-time compilations are no part of what each new length costs.
+compiling kernels, 1.5-3 s a step, once for the machine and not again at the same lengths) price no length and do
+not move the line: the machine's one-time compilations are no part of what each step or new length costs. They are
+the only steps left out: a step slower than `OUTLIER_FACTOR` × its expected time for any other reason (a garbage
+collection, a kernel compiled again for a new argument) is projected as measured, unlike the steady-state
+throughput, which no single slow step moves by design (`measuring.steady_state`).
 
 No torch: numpy and the step table's plain numbers.
 """
@@ -43,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from finetune_bench.analysis.batch_shapes import REMEDY
-from finetune_bench.analysis.numbers import number_text
+from finetune_bench.analysis.numbers import number_text, setting_text
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT
 from finetune_bench.measuring.jit_cache import COMPILING_BYTES
 from finetune_bench.measuring.steady_state import (
@@ -145,10 +149,11 @@ def step_costs(
     the second (`repeats`), seconds each, of `rows_per_probe` rows (the batch times the micro-batches of a step);
     `compiling_probes`: the lengths whose probe grew the CUDA JIT cache by `COMPILING_BYTES` or more. The step-time
     line is fitted over the timed steps that met no new shape and the probes' second steps (`fit_across_lengths`),
-    those that compiled left out; the mean new-shape cost is over the probes' first steps (and the timed new-shape
-    steps where fewer than `SURE_PROBES` probes compiled nothing), those that grew the JIT cache by that much left
-    out (all kept where every one did; the same for the
-    warm-up's new-shape steps where they price it). Raises NotProjected when no step-time line can be fitted."""
+    the probes that compiled left out, then moved to the mean of those steps, slow ones included, the steps that grew
+    the JIT cache by that much left out; the mean new-shape cost is over the probes' first steps (and the timed
+    new-shape steps where fewer than `SURE_PROBES` probes compiled nothing), those that grew the JIT cache by that
+    much left out (all kept where every one did; the same for the warm-up's new-shape steps where they price it).
+    Raises NotProjected when no step-time line can be fitted."""
     warmup = steps["is_warmup"].astype(bool)
     jit = steps["jit_cache_bytes"] if "jit_cache_bytes" in steps else pd.Series(0, index=steps.index)
     compiling = set(steps.loc[pd.to_numeric(jit, errors="coerce").fillna(0) >= COMPILING_BYTES, "step"].astype(int))
@@ -158,23 +163,27 @@ def step_costs(
         TimedStep(int(r.step), float(r.step_time_s), int(r.non_padding_tokens), int(r.padded_tokens), "", r.new_shape)
         for r in steps[~warmup].astype({"new_shape": bool}).itertuples()
     ]
-    steady = [(s.seconds, s.padded_tokens, squared[s.step]) for s in timed if not s.new_shape and s.padded_tokens > 0]
-    steady += [
+    known = [s for s in timed if not s.new_shape and s.padded_tokens > 0]
+    repeated = [
         (seconds, length * rows_per_probe, rows_per_probe * length**2)
         for length, seconds in (repeats or {}).items()
         if length not in compiling_probes
     ]
+    steady = [(s.seconds, s.padded_tokens, squared[s.step]) for s in known] + repeated
     line = fit_across_lengths(steady)
     if line is None:
         raise NotProjected(
             f"fewer than {MIN_STEADY_STEPS} steps at a batch shape already met (timed steps, or the new-shape probes' "
             "second steps): no step-time line (run more steps, set new_shape_probes, or make shapes repeat)"
         )
-    # A total is a sum: the line moved to the steady steps' mean (the median-based fit sits below a right tail of
-    # slightly slower steps), the outliers left out (a rare pause is no part of every step).
-    usual = [t - line.expected(p, q) for t, p, q in steady if t <= OUTLIER_FACTOR * line.expected(p, q)]
-    if usual:
-        line = dataclasses.replace(line, intercept=line.intercept + sum(usual) / len(usual))
+    # A total is a sum: the line (robust, it sits below a right tail of slower steps) moved to the mean of every
+    # step at a known shape, the slow ones too: a pause at a shape already met (a garbage collection, a kernel
+    # compiled again for a new argument) is time the fine-tune pays, at the rate the benchmark met it. Left out: the
+    # steps that grew the JIT cache, the machine's one-time compilations (the line stands where every one did).
+    paid = [(s.seconds, s.padded_tokens, squared[s.step]) for s in known if s.step not in compiling] + repeated
+    if paid:
+        shift = sum(t - line.expected(p, q) for t, p, q in paid) / len(paid)
+        line = dataclasses.replace(line, intercept=line.intercept + shift)
 
     def beyond(seconds: float, padded: float, square: float) -> float:
         return max(seconds - line.expected(padded, square), 0.0)
@@ -350,7 +359,7 @@ def projection_verdicts(
         for axis in others:
             at = at[at[axis] == row[axis]]
         sides = {arm: at[at["arm"] == arm] for arm in (BASELINE, row["arm"])}
-        where = ", ".join(f"{axis} {row[axis]}" for axis in others)
+        where = ", ".join(setting_text(axis, row[axis]) for axis in others)
         where = f" at {where}" if where else ""
         seconds = {arm: runs[PROJECTED_TIME].median() for arm, runs in sides.items()}
         if any(pd.isna(value) for value in seconds.values()):

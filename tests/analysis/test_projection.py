@@ -12,7 +12,14 @@ from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.analysis.projection import StepCosts, duration_text, projected_seconds, step_costs
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
-from finetune_bench.measuring.steady_state import ROW_LENGTHS, StepTimeModel, length_histogram
+from finetune_bench.measuring.jit_cache import COMPILING_BYTES
+from finetune_bench.measuring.steady_state import (
+    ROW_LENGTHS,
+    StepTimeModel,
+    TimedStep,
+    length_histogram,
+    steady_state,
+)
 from finetune_bench.measuring.step_table import STEP_COLUMNS
 from finetune_bench.prediction.fine_tune import (
     Batching,
@@ -136,6 +143,57 @@ def test_the_warm_up_prices_new_shapes_with_its_steps_that_compiled_nothing():
     table = _steps(rows).assign(jit_cache_bytes=[900_000, 900_000] + [0] * 7)  # no timed step met a new shape
     assert step_costs(table).new_shape_step_s == pytest.approx(0.1)  # step 2 compiled: step 3 prices them
     assert step_costs(_steps(rows)).new_shape_step_s == pytest.approx((2.4 + 0.1) / 2)
+
+
+def _the_benchmark_again(steps: pd.DataFrame) -> Schedule:
+    """A fine-tune of exactly the benchmark's timed steps, every one at a shape already met."""
+    timed = steps[~steps["is_warmup"]]
+    return Schedule(
+        steps=len(steps), projected_steps=len(timed), padded_tokens=float(timed["padded_tokens"].sum()),
+        new_shape_steps=0.0, tokens=0.0, batch_shapes=1,
+    )  # fmt: skip
+
+
+def test_a_slow_step_at_a_known_shape_is_time_the_fine_tune_pays():
+    # one shape (a flat line): six timed steps of 0.2 s and one of 1.0 s, five times its expected time
+    seconds = [0.2, 0.2, 0.2, 1.0, 0.2, 0.2]
+    rows = [(1, 3.0, 256, True, True)] + [(i, t, 256, False, False) for i, t in enumerate(seconds, start=2)]
+    table = _steps(rows)
+    timed = [TimedStep(i, t, 256, 256, "4x64", False) for i, t in enumerate(seconds, start=2)]
+    figures, slow = steady_state(timed)
+    assert figures["outlier_steps"] == 1 and len(slow) == 1  # an outlier, as the steady state reads it
+    assert figures["steady_time_s"] == pytest.approx(6 * 0.2)  # which its steady state leaves out by design
+    costs = step_costs(table)
+    assert costs.line.expected(256) == pytest.approx(sum(seconds) / 6)  # the line moved to every step's mean
+    # the projection of the same steps is what they took, the slow one included, with the warm-up as measured
+    assert projected_seconds(costs, _the_benchmark_again(table)) == pytest.approx(3.0 + sum(seconds))
+    # three timed steps, one of them slow: the fine-tune pays it at the rate the benchmark met it
+    few = _steps([(1, 2.0, 256, True, True), (2, 0.3, 256, False, False), (3, 0.3, 256, False, False)]
+                 + [(4, 1.02, 256, False, False)])  # fmt: skip
+    assert projected_seconds(step_costs(few), _the_benchmark_again(few)) == pytest.approx(2.0 + 0.3 + 0.3 + 1.02)
+    # steps of several sizes: a line, not flat, and still a sum of what the steps took
+    line = lambda p: 0.1 + 1e-5 * p  # noqa: E731
+    sizes = [1000, 2000, 3000, 1000, 2000, 3000, 2000]
+    varied = [(i, line(p) + (0.9 if i == 5 else 0.0), p, False, False) for i, p in enumerate(sizes, start=2)]
+    varied = _steps([(1, 3.0, 1000, True, True), *varied])
+    assert step_costs(varied).line.kind == "line"
+    total = 3.0 + sum(line(p) for p in sizes) + 0.9
+    assert projected_seconds(step_costs(varied), _the_benchmark_again(varied)) == pytest.approx(total)
+
+
+def test_a_slow_step_that_grew_the_jit_cache_is_left_out_of_the_line():
+    seconds = [0.2, 0.2, 0.2, 2.5, 0.2, 0.2]
+    rows = [(1, 3.0, 256, True, True)] + [(i, t, 256, False, False) for i, t in enumerate(seconds, start=2)]
+    grew = [0, 0, 0, 0, COMPILING_BYTES * 13, 0, 0]  # step 5: kernels compiled for the machine, once
+    table = _steps(rows).assign(jit_cache_bytes=grew)
+    costs = step_costs(table)
+    assert costs.line.expected(256) == pytest.approx(0.2)  # the step that compiled moves nothing
+    assert projected_seconds(costs, _the_benchmark_again(table)) == pytest.approx(3.0 + 6 * 0.2)
+    # the same step with no compilation in it is paid
+    assert step_costs(_steps(rows)).line.expected(256) == pytest.approx(sum(seconds) / 6)
+    # growth below a compilation's size (another process's bookkeeping in a shared cache) leaves it in
+    small = step_costs(_steps(rows).assign(jit_cache_bytes=[0, 0, 0, 0, 4_000, 0, 0]))
+    assert small.line.expected(256) == pytest.approx(sum(seconds) / 6)
 
 
 def test_a_run_whose_timed_steps_met_no_new_shape_cannot_price_new_shapes():
