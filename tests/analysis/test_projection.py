@@ -312,11 +312,12 @@ def test_the_schedule_names_the_lengths_new_in_each_step():
     assert frequencies == {length: 2.0 for length in range(1, 65)}  # every row twice, each its own length
 
 
-def test_the_probes_step_twice_at_lengths_spread_over_those_the_run_has_not_fed():
+def test_the_probes_step_twice_at_lengths_spread_over_those_the_run_has_not_fed_as_a_fine_tune_meets_them():
     import datasets
     import torch
 
     from finetune_bench.running.backends.data import collate
+    from finetune_bench.running.backends.plain_loop import batches_of
     from finetune_bench.running.backends.shape_probes import time_new_shapes
 
     row_lengths = [4] * 10 + [6] * 10 + [8] * 10 + [10] * 2 + [12] * 2
@@ -329,13 +330,17 @@ def test_the_probes_step_twice_at_lengths_spread_over_those_the_run_has_not_fed(
     def step(rows):
         fed_lengths.append(tuple(rows["input_ids"].shape))
 
-    probes = time_new_shapes(
-        args, data, row_lengths, {"2x10", "2x6"}, lambda rows: collate(rows, 0), step, torch.device("cpu")
-    )
+    def batches(index_lists):
+        return batches_of(data, index_lists, lambda rows: collate(rows, 0), pin_memory=False)
+
+    probes = time_new_shapes(args, row_lengths, {"2x10", "2x6"}, batches, step, torch.device("cpu"))
     assert probes.compiled == {}  # a CPU has no JIT cache to read
     # 4 and 8 are the lengths neither fed (6, 10) nor past the longest fed (12)
     assert list(probes.first) == list(probes.repeat) == ["4", "8"]
-    assert fed_lengths == [(2, 4), (2, 4), (2, 8), (2, 8)]  # each length twice: new, then known
+    # each length's first step, then each one's second, no step right after one at its own length
+    timed = [shape[1] for shape in fed_lengths]
+    assert sorted(timed[:2]) == sorted(timed[2:]) == [4, 8]
+    assert all(a != b for a, b in zip(timed, timed[1:], strict=False))
     assert all(value >= 0 for value in [*probes.first.values(), *probes.repeat.values()])
 
 

@@ -147,6 +147,18 @@ def training_batches(
         yield from loader
 
 
+def batches_of(
+    data: "datasets.Dataset", index_lists: list[list[int]], collate_rows: Callable, pin_memory: bool
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches of these rows (each a list of row indices), in order, read and padded as `training_batches`
+    reads the training steps' (with `pin_memory`, by one loader process ahead of the GPU): the new-shape probes'."""
+    prefetch = {"num_workers": 1, "prefetch_factor": 2} if pin_memory else {}
+    loader = torch.utils.data.DataLoader(
+        data, batch_sampler=index_lists, collate_fn=collate_rows, pin_memory=pin_memory, **prefetch
+    )
+    return iter(loader)
+
+
 def next_token_labels(labels: torch.Tensor) -> torch.Tensor:
     """The label each position predicts (the next token's), flattened, as transformers shifts them."""
     return F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].reshape(-1)
@@ -479,7 +491,12 @@ def train(
     if args.new_shape_probes and device.type != "cpu" and not args.packing:
         with recorder.phase("shape_probes_s"):
             probed = probe_new_shapes(
-                args, data, row_lengths, recorder.shapes_fed, collate_rows, partial(optimizer_step, False), device
+                args,
+                row_lengths,
+                recorder.shapes_fed,
+                partial(batches_of, data, collate_rows=collate_rows, pin_memory=device.type == "cuda"),
+                partial(optimizer_step, False),
+                device,
             )
     profiled = profile_after_timed_steps(
         args, recorder, lambda: optimizer_step(record=False), device, work_dir

@@ -21,12 +21,17 @@ kept apart: `SHAPE_PROBES_JIT`.
 
 Each probe is one optimizer step over a batch whose longest row sets that length (the other rows no longer), on every
 rank at once; its time is taken with the device synchronized before and after, outside every timed figure (the
-recorder's training has ended). The probes train like any step: they come after what is measured.
+recorder's training has ended). The probes train like any step: they come after what is measured. They are made as
+a fine-tune meets its lengths, not as a bench would: every length's first step in a shuffled order, then every
+length's second step in another, so that no step follows a step at its own length (measured on an H200 at one row a
+batch, a step right after one at its length ran up to 0.014 s faster than the fine-tune's steps at known lengths, a
+tenth of such a step); and each step's batch comes from a loader process that reads and pads it while the GPU runs
+the step before (`batches_of`), as the timed steps' batches do, its wait inside the step's time as theirs is.
 """
 
 import json
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,10 +79,9 @@ def _fed_by_any_rank(candidates: list[int], fed: set[int], device: torch.device)
 
 def probe_new_shapes(
     args: TrainingArgs,
-    data: "datasets.Dataset",  # noqa: F821
     row_lengths: list[int],
     fed_shapes: set[str],
-    collate_rows: Callable[[list[dict]], dict[str, torch.Tensor]],
+    batches_of: Callable[[list[list[int]]], Iterator[dict[str, torch.Tensor]]],
     step: Callable[[dict[str, torch.Tensor]], object],
     device: torch.device,
 ) -> dict[str, str]:
@@ -87,7 +91,7 @@ def probe_new_shapes(
     GPU's) or without probes to make."""
     if args.new_shape_probes == 0 or device.type == "cpu":
         return {}
-    probes = time_new_shapes(args, data, row_lengths, fed_shapes, collate_rows, step, device)
+    probes = time_new_shapes(args, row_lengths, fed_shapes, batches_of, step, device)
     details = {}
     measured = {SHAPE_PROBES: probes.first, SHAPE_PROBES_REPEAT: probes.repeat, SHAPE_PROBES_JIT: probes.compiled}
     for key, values in measured.items():
@@ -109,16 +113,17 @@ class ProbeTimes:
 
 def time_new_shapes(
     args: TrainingArgs,
-    data: "datasets.Dataset",  # noqa: F821
     row_lengths: list[int],
     fed_shapes: set[str],
-    collate_rows: Callable[[list[dict]], dict[str, torch.Tensor]],
+    batches_of: Callable[[list[list[int]]], Iterator[dict[str, torch.Tensor]]],
     step: Callable[[dict[str, torch.Tensor]], object],
     device: torch.device,
 ) -> ProbeTimes:
     """Two steps (`step` trains one optimizer step over the batch it is given) at each of up to `new_shape_probes`
     lengths (`spread_lengths`) that no rank has fed (`fed_shapes`: this rank's, "8x512") and that are no longer than
-    the longest any rank has fed, each timed."""
+    the longest any rank has fed, each timed: every length's first step in a shuffled order, then every length's
+    second in another (seeded, the same on every rank), each batch read by `batches_of` (the batches of these rows'
+    indices, in order, as the training steps get theirs)."""
     lengths = np.asarray(row_lengths, dtype=np.int64)
     batch = args.per_device_train_batch_size
     fed = {int(shape.split("x")[1]) for shape in fed_shapes if shape.startswith(f"{batch}x")}
@@ -127,21 +132,31 @@ def time_new_shapes(
     fed = _fed_by_any_rank(candidates, fed, device)
     unfed = [length for length in candidates if length not in fed]
     chosen = spread_lengths(lengths, args, unfed, args.new_shape_probes)
+    probes = ProbeTimes()
+    if not chosen:
+        return probes
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     rng = np.random.default_rng([args.seed, rank])
-    probes = ProbeTimes()
-    grown: list[int] = []
+    rows = {length: probe_batch(lengths, length, args, rng) for length in chosen}
+    order = np.random.default_rng(args.seed)  # the lengths' order: every rank's the same (they step together)
+    first, second = [int(length) for length in order.permutation(chosen)], [int(n) for n in order.permutation(chosen)]
+    if len(second) > 1 and second[0] == first[-1]:  # no step right after one at its own length
+        second = second[1:] + second[:1]
+    passes = [(probes.first, first), (probes.repeat, second)]
+    sequence = [(times, length) for times, pass_lengths in passes for length in pass_lengths]
+    # the first batch once more ahead of them, untimed: the loader process is started and reading ahead
+    batches = batches_of([rows[sequence[0][1]], *(rows[length] for _, length in sequence)])
+    next(batches)
+    grown = dict.fromkeys(chosen, 0)
     jit_cache = JitCacheGrowth()
     jit_cache.start(jit_cache_dir() if device.type == "cuda" else None)
-    for length in chosen:
-        rows = collate_rows([data[i] for i in probe_batch(lengths, length, args, rng)])
-        most = 0
-        for times in (probes.first, probes.repeat):
-            times[str(length)] = _timed(step, rows, device)
-            most = max(most, jit_cache.take() or 0)
-        grown.append(most)
-    grown = _most_of_any_rank(grown, device)
-    probes.compiled = {length: size for length, size in zip(probes.first, grown, strict=True) if size}
+    for times, length in sequence:
+        times[str(length)] = _timed(lambda: step(next(batches)), device)
+        grown[length] = max(grown[length], jit_cache.take() or 0)
+    most = _most_of_any_rank([grown[length] for length in chosen], device)
+    probes.compiled = {str(length): size for length, size in zip(chosen, most, strict=True) if size}
+    probes.first = {str(length): probes.first[str(length)] for length in chosen}  # in order of length
+    probes.repeat = {str(length): probes.repeat[str(length)] for length in chosen}
     return probes
 
 
@@ -151,14 +166,12 @@ def _padded(lengths: np.ndarray, args: TrainingArgs) -> np.ndarray:
     return -(-lengths // multiple) * multiple
 
 
-def _timed(
-    step: Callable[[dict[str, torch.Tensor]], object], rows: dict[str, torch.Tensor], device: torch.device
-) -> float:
-    """The seconds `step(rows)` takes, the device synchronized before and after."""
+def _timed(work: Callable[[], object], device: torch.device) -> float:
+    """The seconds `work()` takes, the device synchronized before and after."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    step(rows)
+    work()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
