@@ -10,13 +10,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from finetune_bench.analysis.numbers import MISSING  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
+
+# How a table cell writes a boolean, and a duration too short to write in seconds.
+YES, NO = "yes", "no"
+SMALLEST_SECONDS = 0.001
 
 # Fixed colours for the arms every experiment has; any other arm takes the next colour of tab10 not used here.
 _FIXED_COLOURS = {BASELINE: "#4C72B0", BASELINE_REPEAT: "#8DA9D6", "liger": "#DD8452"}
@@ -92,28 +98,43 @@ def figure_html(fig: plt.Figure, alt: str) -> str:
 
 
 def table_html(frame: pd.DataFrame) -> str:
-    """`frame` as an HTML table that scrolls sideways when wide."""
+    """`frame` as an HTML table that scrolls sideways when wide: a yes/no for True/False, a dash where a value is
+    missing, numbers as `table_number` writes them and seconds (a column named `*_s`) as `seconds_number` does. Only
+    the page's cells: the CSV and parquet exports keep the values as they are."""
     # nullable integers (a batch size that may be missing) print as numbers, and a missing one as a dash
     nullable = {c: float for c in frame.columns if str(frame[c].dtype) in ("Int64", "Float64")}
     frame = frame.astype(nullable) if nullable else frame
     # a missing value among other objects (a test not run beside True and False) is a dash too, never "None"
-    texts = [i for i, dtype in enumerate(frame.dtypes) if str(dtype) == "object" or str(dtype).startswith("str")]
+    texts = [
+        i
+        for i, dtype in enumerate(frame.dtypes)
+        if str(dtype) == "object" or str(dtype).startswith("str") or pd.api.types.is_bool_dtype(dtype)
+    ]
     if texts:
         frame = frame.copy()
         for i in texts:
-            frame.iloc[:, i] = frame.iloc[:, i].map(lambda v: "–" if _missing(v) else v)
-    table = frame.to_html(index=False, float_format=table_number, na_rep="–", border=0, escape=True)
+            frame.isetitem(i, frame.iloc[:, i].map(_cell_text).astype(object))
+    seconds = {
+        column: seconds_number
+        for column in frame.columns
+        if str(column).endswith("_s") and pd.api.types.is_float_dtype(frame[column])
+    }
+    table = frame.to_html(
+        index=False, float_format=table_number, formatters=seconds or None, na_rep=MISSING, border=0, escape=True
+    )
     return f'<div class="table">{table}</div>'
 
 
 def compact_table_html(frame: pd.DataFrame, first: Iterable[str], what: str = "the table") -> str:
     """A wide table as a page shows it: the columns of `first` that `frame` has, in that order (their headers may
-    wrap at an underscore), then every column, those first, behind a toggle. A table with no other column is shown
-    whole."""
+    wrap, `wrapping_table_html`), then every column, those first, behind a toggle. A table with no other column is
+    shown whole, its headers wrapping too."""
     shown = [column for column in dict.fromkeys(first) if column in frame.columns]
     ordered = frame[[*shown, *(column for column in frame.columns if column not in shown)]]
-    if not shown or len(shown) == len(frame.columns):
+    if not shown:
         return table_html(ordered)
+    if len(shown) == len(frame.columns):
+        return wrapping_table_html(ordered)
     summary = f"{html.escape(what)}: all {len(frame.columns)} columns ({len(frame.columns) - len(shown)} more)"
     return (
         f'{wrapping_table_html(frame[shown])}<details class="columns"><summary>{summary}</summary>'
@@ -137,9 +158,30 @@ def _missing(value: object) -> bool:
     return isinstance(value, str) and value in ("nan", "None", "<NA>")
 
 
+def _cell_text(value: object) -> object:
+    """A text or yes/no cell as a page shows it: a dash where it has no value, "yes" or "no" for a boolean (a test
+    significant or not, packing on or off), any other value as it is."""
+    if _missing(value):
+        return MISSING
+    if isinstance(value, bool | np.bool_):
+        return YES if value else NO
+    return value
+
+
 def table_number(value: float) -> str:
-    """A number as a table shows it: thousands separated, else 4 significant digits."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    """A number as a table shows it: thousands separated, else 4 significant digits, never in scientific notation
+    (0.00008764, not 8.764e-05)."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return np.format_float_positional(value, precision=4, unique=False, fractional=False, trim="-")
+
+
+def seconds_number(value: float) -> str:
+    """A duration in seconds as a table shows it: as `table_number` does, a dash where it is missing, and a positive
+    one under a millisecond as "<0.001" (a results-store lookup of 30 µs, never "2.9e-05")."""
+    if pd.isna(value):
+        return MISSING
+    return f"<{SMALLEST_SECONDS:g}" if 0 < value < SMALLEST_SECONDS else table_number(value)
 
 
 def short_number(value: float) -> str:

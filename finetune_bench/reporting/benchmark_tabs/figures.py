@@ -3,6 +3,7 @@ a metric per condition with failed conditions marked, the loss curves (training 
 stands above its panels however many lines it has."""
 
 import textwrap
+from itertools import combinations
 
 import matplotlib
 
@@ -10,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from finetune_bench.analysis.tables import METRIC_BY_COLUMN  # noqa: E402
 from finetune_bench.inputs.arms import BASELINE, BASELINE_REPEAT  # noqa: E402
@@ -163,6 +165,52 @@ def mark_failures(ax: plt.Axes, subset: pd.DataFrame, x: str, order: list, slots
         )  # fmt: skip
 
 
+# Where a log axis' labelled ticks stand, densest first: at 1, 2 and 5 times each power of ten, at 1 and 3 (each
+# power of ten, however many: `numticks` high enough that `LogLocator` keeps them all), at the powers of ten
+# (`LogLocator` skipping some where they crowd the axis), at three powers of ten at most.
+EVERY_DECADE = 1000
+LOG_TICKS = (
+    {"subs": (1.0, 2.0, 5.0), "numticks": EVERY_DECADE},
+    {"subs": (1.0, 3.0), "numticks": EVERY_DECADE},
+    {"subs": (1.0,)},
+    {"subs": (1.0,), "numticks": 3},
+)
+
+
+def readable_log_axis(axis: matplotlib.axis.Axis) -> None:
+    """A log axis (a step time's seconds) labelled in plain numbers ("0.02", "5") as densely as its length allows:
+    the first of `LOG_TICKS` that labels two ticks or more, no label over another (`tick_labels_overlap`). Call it
+    once the figure is laid out (after `tight_layout`): the axis' length is known then."""
+    axis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.set_minor_locator(LogLocator(subs="auto"))
+    axis.set_minor_formatter(NullFormatter())
+    for ticks in LOG_TICKS:
+        axis.set_major_locator(LogLocator(**ticks))
+        if len(tick_labels(axis)) >= 2 and not tick_labels_overlap(axis):
+            return
+
+
+def tick_labels(axis: matplotlib.axis.Axis) -> list[tuple[str, matplotlib.transforms.Bbox]]:
+    """The tick labels `axis` prints (major and minor, within its limits) once its figure is drawn: each label's text
+    and its box on the canvas."""
+    figure = axis.get_figure(root=True)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    low, high = sorted(axis.get_view_interval())
+    along = 0 if axis.axis_name == "x" else 1
+    return [
+        (label.get_text(), label.get_window_extent(renderer))
+        for label in [*axis.get_majorticklabels(), *axis.get_minorticklabels()]
+        if label.get_visible() and label.get_text() and low <= label.get_position()[along] <= high
+    ]
+
+
+def tick_labels_overlap(axis: matplotlib.axis.Axis) -> list[tuple[str, str]]:
+    """The pairs of `axis`' tick labels (`tick_labels`) that print over one another: ("0.01", "0.02") where they run
+    together as "0.010.02"."""
+    return [(a, b) for (a, box_a), (b, box_b) in combinations(tick_labels(axis), 2) if box_a.overlaps(box_b)]
+
+
 def title_above_panels(fig: plt.Figure, title: str) -> None:
     """`title` as the figure's title, its lowest line just above the highest of its panels (their titles and tick
     labels included), however many lines it has: a fixed `y` leaves a two-line title over the panels' titles in a
@@ -182,7 +230,7 @@ def loss_curves_figure(
     title: str = "Training loss per step (one line per run)",
 ) -> plt.Figure | None:
     """`column` (the training loss, or the held-out loss) per step, one panel per condition of the other axes,
-    every run of every arm overlaid."""
+    every run of every arm overlaid; the steps' ticks are whole numbers."""
     if steps is None or steps.empty or column not in steps or steps[column].isna().all():
         return None
     facets = [axis for axis in swept if axis != "arm"]
@@ -201,5 +249,7 @@ def loss_curves_figure(
         facet_kws={"sharey": False},
     )  # fmt: skip
     grid.set_titles("{col_name}")
+    for ax in grid.axes.flat:  # a step is a whole number: no tick at step 2.5 (else matplotlib's own ticks)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True))
     grid.figure.suptitle(title, y=1.02)
     return grid.figure

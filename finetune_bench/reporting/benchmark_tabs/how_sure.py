@@ -5,7 +5,7 @@ import pandas as pd
 from finetune_bench.analysis.grid import GridAnalysis
 from finetune_bench.analysis.stats import CONFIDENCE_LEVEL, MIN_PAIRS_FOR_CI
 from finetune_bench.reporting.benchmark_tabs.cells import MISSING, pairs_text, percent_text, ratio_text
-from finetune_bench.reporting.html import table_html
+from finetune_bench.reporting.html import compact_table_html
 
 # Each compared metric: its column prefix in the paired statistics and its name in the table.
 COMPARED = (
@@ -42,8 +42,18 @@ def how_sure_table(paired: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     return out
 
 
+def how_sure_columns(table: pd.DataFrame) -> list[str]:
+    """The columns a page shows first (`how_sure_table`'s, in its order): the arm, its point and pairs, every
+    metric's ratio with its interval, the throughput's p-value and noise floor (the verdict's), whether the
+    differences are significant, and the note. The other metrics' p-values and noise floors are behind the toggle:
+    all of them side by side do not fit a page 1,400 px wide."""
+    behind = {f"{label} {part}" for name, label in COMPARED if name != "throughput" for part in ("p", "noise floor")}
+    return [column for column in table.columns if column not in behind]
+
+
 def how_sure_html(a: GridAnalysis) -> str:
     """The section (where runs were paired): how the ratios, intervals and tests were computed, then the table."""
+    table = how_sure_table(a.paired, a.swept)
     return (
         "<h3>How much faster, how much leaner, how sure</h3><p>Per arm against the baseline: the geometric mean of "
         f"the ratios of runs paired by run number (× &gt; 1: faster, or more memory), over "
@@ -52,5 +62,5 @@ def how_sure_html(a: GridAnalysis) -> str:
         f"95 % of the time), and the paired t-test on the logarithms at alpha {a.alpha:g} (the interval excludes 1 "
         "where the test at 0.05 says significant). A <code>baseline_repeat</code> arm (A/A) gives the "
         "noise floor: a difference inside it is not distinguishable from run-to-run noise.</p>\n"
-        + table_html(how_sure_table(a.paired, a.swept))
+        + compact_table_html(table, how_sure_columns(table), "how sure")
     )

@@ -12,7 +12,14 @@ from finetune_bench.inputs.arms import BASELINE  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.cells import number_text  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.figures import BATCH, SEQ, bar_panel, panels  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
-from finetune_bench.reporting.html import figure_html, table_html  # noqa: E402
+from finetune_bench.reporting.html import compact_table_html, figure_html  # noqa: E402
+
+# The ratios table's first columns, after the condition's other axes: the arm, its runs and the baseline's, and each
+# ratio (the throughput's with its interval and test); the medians behind them are behind the toggle.
+KEY_COMPARISON = (
+    "arm", "arm_runs", "baseline_runs", "throughput_ratio", "throughput_ci_low", "throughput_ci_high",
+    "throughput_significant", "peak_reserved_ratio", "energy_per_token_ratio",
+)  # fmt: skip
 
 
 def speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list[str]) -> plt.Figure | None:
@@ -56,6 +63,11 @@ def speedup_figure(comparison: pd.DataFrame, summary: pd.DataFrame, swept: list[
     return fig
 
 
+def comparison_columns(swept: list[str]) -> list[str]:
+    """The ratios table's first view: the condition's axes but the arm, then `KEY_COMPARISON`."""
+    return [*(axis for axis in swept if axis != "arm"), *KEY_COMPARISON]
+
+
 def speedup_tab(a: GridAnalysis) -> str:
     parts = [cpu_timings_note(a)]
     speedup = speedup_figure(a.comparison, a.summary, a.swept)
@@ -64,7 +76,7 @@ def speedup_tab(a: GridAnalysis) -> str:
     elif not a.comparison.empty:
         parts.append(
             "<p>No batch-size grid with ok runs in both an arm and the baseline: the ratios as a table.</p>"
-            + table_html(a.comparison)
+            + compact_table_html(a.comparison, comparison_columns(a.swept), "the ratios")
         )
     else:
         parts.append("<p>Only one arm ran: nothing to compare.</p>")

@@ -7,11 +7,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from finetune_bench.analysis.cold_runs import counted  # noqa: E402
 from finetune_bench.analysis.grid import GridAnalysis  # noqa: E402
-from finetune_bench.reporting.benchmark_tabs.figures import with_arm  # noqa: E402
+from finetune_bench.reporting.benchmark_tabs.figures import readable_log_axis, with_arm  # noqa: E402
 from finetune_bench.reporting.benchmark_tabs.summary import cpu_timings_note  # noqa: E402
 from finetune_bench.reporting.html import arm_order, arm_palette, compact_table_html, figure_html  # noqa: E402
 
@@ -72,14 +71,12 @@ def step_time_figure(steps: pd.DataFrame, swept: list[str]) -> plt.Figure | None
             ax.scatter(data.loc[new, "step_time_s"], data.loc[new, "condition"].map(order.index), marker="^",
                        facecolors="none", edgecolors="#333333", label="new batch shape", zorder=4)  # fmt: skip
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("step time (s, log scale)")
     ax.set_ylabel("")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("Step times per condition (warm-up steps excluded from the boxes)")
     fig.tight_layout()
+    readable_log_axis(ax.xaxis)
     return fig
 
 

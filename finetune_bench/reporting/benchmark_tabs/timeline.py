@@ -15,7 +15,8 @@ from finetune_bench.reporting.html import figure_html, wrapping_table_html  # no
 
 def timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
     """One stacked bar per condition: its median wall time split into the phases of the timeline and the remainder
-    no phase covers (a phase no run measured has no segment)."""
+    no phase covers (a phase no run measured has no segment); the legend under the figure, clear of the axis'
+    label."""
     keys = [axis for axis in swept if axis in timeline] or ["condition_id"]
     labels = [
         ", ".join(str(row[k]) for k in keys) + reused_label(row.get("reused_runs", 0), row["runs"])
@@ -23,7 +24,8 @@ def timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
     ]
     segments = [*IN_WALL_COLUMNS, OTHER_COLUMN]
     colors = dict(zip(segments, sns.color_palette("tab20", len(segments)), strict=True))
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.8))
+    # constrained layout makes room for the legend under the axis, below its label, however short the axes are
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.8), layout="constrained")
     left = pd.Series(0.0, index=timeline.index)
     for column in segments:
         values = timeline[column].fillna(0.0).clip(lower=0.0)
@@ -32,9 +34,8 @@ def timeline_figure(timeline: pd.DataFrame, swept: list[str]) -> plt.Figure:
             left = left + values
     ax.invert_yaxis()
     ax.set_xlabel("seconds (median over the condition's ok runs)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, fontsize=8, frameon=False)
+    fig.legend(loc="outside lower center", ncol=5, fontsize=8, frameon=False)
     ax.set_title("Where a run's wall time went")
-    fig.tight_layout()
     return fig
 
 
