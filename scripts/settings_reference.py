@@ -16,6 +16,7 @@ from typing import Any
 from finetune_bench.frontier.settings import (
     BatchSizeSearch,
     FrontierArm,
+    ProbedTraining,
     ProbeSettings,
     SeqLengthSearch,
     ThroughputRuns,
@@ -72,7 +73,8 @@ def render() -> str:
         workflow_inputs(benchmarking_experiment._workflow_function, RunSettings, PredictionTarget),
         "## memory_frontier (workflows/frontier.py)\n",
         inspect.getdoc(memory_frontier._workflow_function) + "\n\n",
-        workflow_inputs(memory_frontier._workflow_function, ThroughputRuns, RunSettings),
+        workflow_inputs(memory_frontier._workflow_function, ThroughputRuns, RunSettings, PredictionTarget),
+        section_reference(ProbedTraining, "training_args (memory_frontier): what the probes set themselves"),
         section_reference(FrontierArm, "arms[] (memory_frontier)"),
         section_reference(BatchSizeSearch, "batch_size_search (memory_frontier)"),
         section_reference(SeqLengthSearch, "seq_length_search (memory_frontier)"),

@@ -3,6 +3,7 @@ throughput runs at the frontiers, and build the report."""
 
 import html
 import logging
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,12 @@ from flytekit.types.directory import FlyteDirectory
 from flytekit.types.file import FlyteFile
 
 from finetune_bench.analysis.grid import analyze_grid
-from finetune_bench.frontier.claims import check_claim
+from finetune_bench.frontier.claims import check_claim, check_claim_on_a_gpu
 from finetune_bench.frontier.guide import search_guide
 from finetune_bench.frontier.predicted import (
     check_first_probes,
     check_frontier_prediction,
+    check_prediction_acts,
     frontier_plan_report,
     plan_lines,
     predicted_frontiers,
@@ -46,6 +48,7 @@ from finetune_bench.inputs.plan import BenchmarkPlan, PlannedRun, PredictionTarg
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.inputs.validation import validate_run_settings
 from finetune_bench.prediction.grid import target_gpu
+from finetune_bench.running.faults import FAKE_MEMORY_ENV
 from finetune_bench.sources import software
 from images import analysis_image, training_image
 from tasks.analysis import provenance, publish, unpack
@@ -59,6 +62,7 @@ from tasks.plan import (
     check_wandb_key,
     checked,
     for_a_cluster,
+    gpu_here,
     predicted_accelerator,
 )
 from tasks.records import TrainOutput
@@ -102,7 +106,15 @@ def plan_frontier(
     benchmark's planning does. The plan goes to the task's log, with what a cluster execution will not keep of the
     throughput runs (`throughput_notes`)."""
     searches = checked(
-        lambda: plan_searches(training_args, frontier_arms(arms), batch_size_search, seq_length_search, probes, n_runs),
+        lambda: plan_searches(
+            training_args,
+            frontier_arms(arms),
+            batch_size_search,
+            seq_length_search,
+            probes,
+            n_runs,
+            measure_throughput,
+        ),
         lambda: validate_run_settings(concurrency, min_success_ratio, condition_timeout_s),
         lambda: check_frontier_prediction(gpu_kind, gpu_memory_gib),
         lambda: check_output_locations(results_store),
@@ -127,6 +139,10 @@ def plan_frontier(
             probe_target(gpu_kind, gpu_memory_gib, predicted_accelerator(""), not dry_run and not for_a_cluster()),
         ),
         lambda: check_claim(claim, searches),
+        lambda: check_claim_on_a_gpu(
+            claim, training_args.device, dry_run or gpu_here(), simulated=bool(os.environ.get(FAKE_MEMORY_ENV))
+        ),
+        lambda: check_prediction_acts(gpu_kind, gpu_memory_gib, training_args, gpu_here()),
         lambda: software.check_all([training_args.software_set], "training_args.software_set"),
     )
     execution = RunSettings(concurrency, min_success_ratio, condition_timeout_s, results_store, force_fresh)

@@ -13,6 +13,7 @@ from finetune_bench.kernels.report import build_kernel_report, comparison, nothi
 from finetune_bench.kernels.settings import (
     KernelBenchmarkSettings,
     check_device_here,
+    check_settings_act,
     check_software_sets_install,
     kernels_not_benchmarked,
     kernels_to_run,
@@ -41,7 +42,8 @@ def local_gpu_names() -> list[str]:
 @task(container_image=training_image, requests=ANALYSIS_RESOURCES, environment=REGISTRATION_ENV)
 def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
     """The kernels to run, and those Liger ships that have no case here; every problem of the sweep at once,
-    before any GPU time is spent."""
+    before any GPU time is spent: among them a setting that acts in nothing the sweep runs here (the time budgets of
+    device auto on a machine without a GPU, `check_settings_act`; a cluster's pods have one)."""
     return KernelPlan(
         checked(
             lambda: kernels_to_run(sweep),
@@ -49,6 +51,7 @@ def plan_kernels(sweep: KernelBenchmarkSettings) -> KernelPlan:
             check_export_location,
             lambda: check_software_sets_install(sweep),
             lambda: None if for_a_cluster() else check_device_here(sweep, local_gpu_names()),
+            lambda: check_settings_act(sweep, for_a_cluster() or bool(local_gpu_names())),
         ),
         kernels_not_benchmarked(),
     )

@@ -126,7 +126,7 @@ def benchmarking_experiment(
     Finished runs are kept in `results_store` (a directory or an fsspec URL such as s3://bucket/prefix;
     empty: FINETUNE_BENCH_CACHE_DIR/results on the machine that trains) and reused by a re-run of the
     same grid; `force_fresh` measures every run again. `alpha`: the significance level of each arm's test against
-    the baseline.
+    the baseline (and of each software set's against the reference set): refused where no test is run.
 
     Predictions (docs/prediction.md) are for `gpu_kind` (H100, H200, A100-80GB, ...; empty: the train task's
     accelerator), with `gpu_memory_gib` overriding its memory. `dry_run` downloads and trains nothing: the
@@ -141,7 +141,9 @@ def benchmarking_experiment(
 
     `fine_tune_epochs` / `fine_tune_steps`: the whole fine-tune you plan (its batch, padding or packing are the
     conditions'), projected from each measured run's steps and training rows; the Summary and the console lead with
-    it (docs/report.md#your-fine-tune). `fine_tune_steps` > 0 wins over the epochs.
+    it (docs/report.md#your-fine-tune). `fine_tune_steps` > 0 wins over the epochs. Where planning knows the rows
+    (generated data; packed, at most one row an example), a fine-tune that fills no optimizer step is refused, saying
+    what would fill one.
     """
     plan = plan_benchmark(
         experiment_args=experiment_args,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from finetune_bench.frontier.settings import SEARCH_SECTIONS, SEQ_LENGTH, FrontierSearch
+from finetune_bench.frontier.settings import SEARCH_SECTIONS, SEQ_LENGTH, FrontierSearch, arm_name
 from finetune_bench.frontier.simulated import SIMULATED
 from finetune_bench.frontier.tables import for_display, is_borderline
 from finetune_bench.inputs.errors import SpecError, closest
@@ -51,7 +51,8 @@ CLAIMS = {
 
 
 def check_claim(name: str, searches: list[FrontierSearch]) -> None:
-    """`name` is a known claim, and the searches include its dimension's."""
+    """`name` is a known claim, and the searches include its dimension's, for every arm it names (an arm not searched
+    would leave its half of the claim unanswered)."""
     if not name:
         return
     if name not in CLAIMS:
@@ -61,6 +62,15 @@ def check_claim(name: str, searches: list[FrontierSearch]) -> None:
     mine = [search for search in searches if search.dimension == claim.dimension]
     if not mine:
         raise SpecError(f"claim {name!r} is about {claim.dimension}, which no search probes: enable {section}")
+    searched = list(dict.fromkeys(arm_name(search.arm) for search in mine))
+    missing = [arm for arm in claim.frontiers if arm not in searched]
+    if missing:
+        listed = ", ".join(f"{{arm: {arm}}}" for arm in missing)
+        raise SpecError(
+            f"claim {name!r} is about the arms {' and '.join(claim.frontiers)}, and arms has no "
+            f"{' and no '.join(missing)} (it searches {', '.join(searched)}): the claim's "
+            f"{' and '.join(missing)} half would go unanswered; add {listed} to arms, or leave claim out"
+        )
     # the verdict would read "no" for a size never tried: the searches must reach every size the claim names
     claimed = [size for pair in claim.frontiers.values() for size in pair if size is not None]
     cap, start = max(search.cap for search in mine), min(search.start for search in mine)
@@ -70,6 +80,21 @@ def check_claim(name: str, searches: list[FrontierSearch]) -> None:
             f"{section}.start {start} to {section}.cap {cap} cannot reach: set {section}.start to at most "
             f"{min(claimed)} and {section}.cap to at least {max(claimed)}"
         )
+
+
+def check_claim_on_a_gpu(name: str, device: str, gpu_here: bool, simulated: bool = False) -> None:
+    """A claim is about GPU memory: the probes that check it must train on a GPU (`device` cuda, or auto where
+    `gpu_here`: a cluster's pods, a dry run's target, a local machine with one). On a CPU nothing runs out of GPU
+    memory and the verdict would say nothing of the claim; under the fake memory model (`simulated`, a test of the
+    report) the report says its verdict is simulated."""
+    if not name or simulated or device == "cuda" or (device == "auto" and gpu_here):
+        return
+    where = f"training_args.device {device!r}" + ("" if device == "cpu" else ", and this machine has no GPU")
+    raise SpecError(
+        f"claim {name!r} is about GPU memory, and the probes would train on a CPU ({where}), where nothing runs out "
+        "of GPU memory: its verdict would say nothing of the claim; run on a GPU (device cuda, or auto on a machine "
+        "or cluster with one), or leave claim out"
+    )
 
 
 def claim_tables(name: str, searches: list[FrontierSearch], frontiers: pd.DataFrame) -> tuple[pd.DataFrame, ...]:

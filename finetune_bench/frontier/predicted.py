@@ -9,9 +9,11 @@ import pandas as pd
 
 from finetune_bench.analysis.numbers import number_text
 from finetune_bench.frontier.guide import memory_guide
-from finetune_bench.frontier.search import largest_predicted_fit
+from finetune_bench.frontier.search import Guide, ProbeOutcome, largest_predicted_fit, search_frontier
 from finetune_bench.frontier.settings import SEARCH_SECTIONS, FrontierSearch, arm_name
 from finetune_bench.inputs.errors import Problems
+from finetune_bench.inputs.plan import PredictionTarget, Workload, check_workflow_settings_act
+from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.measuring.gpu import gpu_memory_bytes, gpu_names
 from finetune_bench.prediction.gpus import GIB, caps_text, describe_gpu, emulated_memory_bytes, usable_bytes
 from finetune_bench.prediction.grid import (
@@ -29,20 +31,37 @@ from finetune_bench.prediction.memory import predict_memory
 from finetune_bench.prediction.shapes import model_config, model_shape
 from finetune_bench.reporting.benchmark_tabs.measured import measured_html
 from finetune_bench.reporting.html import Report, table_html
+from finetune_bench.results.record import OK
+from finetune_bench.results.record import OOM as OOM_STATUS
 
-# Probes a guided search takes when the model is within its error band (3-4, confirmation included;
-# tests/frontier/test_frontier.py), for the GPU-time estimate.
-GUIDED_PROBES = 4
+
+def predicted_probes(search: FrontierSearch, guide: Guide) -> int:
+    """The probes `search` takes were the memory model `guide` right: the search itself (`search_frontier`: guided
+    where `search.guided`, else doubling; its confirmations included) run against probes that fit where the model's
+    peak reserved memory stays within the guide's limit, and measure the model's peaks. A probe that fails otherwise
+    and is retried is not foreseen."""
+
+    def probe(args: TrainingArgs) -> ProbeOutcome:
+        value = getattr(args, search.dimension)
+        reserved = guide.predict(value)
+        if reserved > guide.limit_bytes:
+            return ProbeOutcome(status=OOM_STATUS)
+        allocated = guide.predict_allocated(value) if guide.predict_allocated is not None else None
+        return ProbeOutcome(status=OK, peak_reserved_bytes=reserved, peak_allocated_bytes=allocated)
+
+    return search_frontier(search, probe, guide if search.guided else None).probes_used
 
 
 def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.DataFrame:
     """One row per search: the predicted frontier on `target` (the largest size whose predicted peak reserved
-    memory stays within what torch can reserve), that peak, and the GPU time of a guided search (4 probes'
-    start-up)."""
+    memory stays within what torch can reserve), that peak, the probes the search would take were the model right
+    (`predicted_probes`: guided or doubling as `probes.guided` says, with `probes.confirmations`) and their GPU time
+    (each probe's start-up, on every GPU it holds)."""
     rows = []
     for search in searches:
         row = {"arm": arm_name(search.arm), "dimension": search.dimension, "start": search.start, "cap": search.cap}
         row["gpu_memory_cap_gib"] = search.training_args.gpu_memory_cap_gib
+        # the model's frontier, whether or not the search will be guided by it
         guide, why = memory_guide(dataclasses.replace(search, guided=True), target.memory_bytes)
         if guide is None:
             rows.append({**row, "predicted_frontier": None, "not_predicted": why})
@@ -62,8 +81,10 @@ def predicted_frontiers(searches: list[FrontierSearch], target: Target) -> pd.Da
         )
         row.update(predicted_frontier=frontier, predicted_peak_reserved_gib=peak.peak_reserved_bytes / GIB)
         row["usable_gib"] = guide.limit_bytes / GIB
+        row["search"] = "guided" if search.guided else "doubling"
+        row["predicted_probes"] = predicted_probes(search, guide)
         # every GPU of a probe (a search on several GPUs holds them all)
-        row["predicted_gpu_seconds"] = GUIDED_PROBES * RUN_OVERHEAD_S * search.training_args.world_size
+        row["predicted_gpu_seconds"] = row["predicted_probes"] * RUN_OVERHEAD_S * search.training_args.world_size
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -105,6 +126,14 @@ def probe_target(gpu_kind: str, gpu_memory_gib: float, accelerator: str, on_this
         if memory:
             return Target(name=gpu_names()[0], memory_bytes=memory, peak_tflops=None, assumed_mfu=None)
     return target_gpu(gpu_kind, gpu_memory_gib, accelerator)
+
+
+def check_prediction_acts(gpu_kind: str, gpu_memory_gib: float, training_args: TrainingArgs, gpu_here: bool) -> None:
+    """The GPU a frontier predicts for (its dry run's target, the GPU its first probes are checked against) acts as
+    the benchmark's does, where its scope says (`inputs.plan.PredictionTarget`): refused where the probes train on a
+    CPU (device cpu), where nothing is predicted. `gpu_here`: whether device auto finds a GPU."""
+    target = PredictionTarget(gpu_kind=gpu_kind, gpu_memory_gib=gpu_memory_gib)
+    check_workflow_settings_act([target], Workload.of([training_args], gpu_here))
 
 
 def check_frontier_prediction(gpu_kind: str, gpu_memory_gib: float) -> None:
@@ -151,7 +180,7 @@ def plan_lines(table: pd.DataFrame) -> list[str]:
 
 def plan_totals(table: pd.DataFrame, target: Target) -> list[str]:
     """The plan's totals: the target GPU and what torch can reserve of it, the searches by verdict, and the GPU time
-    of the guided searches (the plan report's headline: a dry run's console ends with them)."""
+    of their probes (the plan report's headline: a dry run's console ends with them)."""
     usable = table["usable_gib"].dropna() if "usable_gib" in table else pd.Series(dtype=float)
     lines = [
         f"target GPU: {target.describe()}"
@@ -163,8 +192,9 @@ def plan_totals(table: pd.DataFrame, target: Target) -> list[str]:
     lines.append(f"searches: {len(table)}" + (f" ({counts})" if counts else ""))
     seconds = table["predicted_gpu_seconds"].sum() if "predicted_gpu_seconds" in table else 0
     if seconds:
+        probes = int(table["predicted_probes"].sum())
         lines.append(
-            f"GPU time: about {seconds:,.0f} GPU-seconds ({GUIDED_PROBES} probes a guided search, "
+            f"GPU time: about {seconds:,.0f} GPU-seconds ({probes} probes were the memory model right, "
             f"{RUN_OVERHEAD_S:.0f} s start-up each)"
         )
     return lines
@@ -179,7 +209,8 @@ def frontier_plan_report(table: pd.DataFrame, target: Target, header: dict[str, 
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in totals) + "</ul>"
         f"<p>A dry run on {html.escape(target.describe())}: nothing was downloaded or probed. The predicted frontier "
         "is the largest size whose predicted peak reserved memory stays within what torch can reserve "
-        "(docs/prediction.md); a guided search starts just below it and needs about "
-        f"{GUIDED_PROBES} probes.</p>"
+        "(docs/prediction.md). <code>predicted_probes</code>: the probes each search would take were the model "
+        "right (a guided search starts just below the predicted frontier, a doubling one at its start; both re-probe "
+        "the frontier <code>probes.confirmations</code> times); a probe retried after a failure is not foreseen.</p>"
     )
     return Report(sections={"Plan": intro + table_html(shown)}, headline=totals)

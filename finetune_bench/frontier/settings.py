@@ -213,15 +213,68 @@ class ThroughputRuns:
 
 @dataclass(frozen=True)
 class FrontierWork:
-    """What the frontier runs, for the scopes of its workflow settings (`RunSettings`, `ThroughputRuns`): whether a
-    batch-size search runs, and whether throughput runs are measured (and so analysed and stored) beside the probes,
-    which are neither; on a GPU, as the probes train."""
+    """What the frontier runs, for the scopes of its workflow settings (`RunSettings`, `ThroughputRuns`) and of the
+    training settings its probes set themselves (`ProbedTraining`): whether a batch-size search runs, and whether
+    throughput runs are measured (and so analysed and stored) beside the probes, which are neither; on a GPU, as the
+    probes train."""
 
     batch_search: bool
     measured_runs: bool
     throughput_asked: bool = True
     trains: bool = True
     on_gpu: bool = True
+
+
+def _training_default(name: str) -> Any:
+    """The default of the TrainingArgs field `name`."""
+    return next(f.default for f in dataclasses.fields(TrainingArgs) if f.name == name)
+
+
+# Where a probe's own training settings still act in the frontier (`ProbedTraining`; the context: `FrontierWork`).
+IN_THROUGHPUT_RUNS = (
+    "in the throughput runs at the batch frontiers (measure_throughput: true, with a batch-size search); every probe "
+    "trains probes.max_steps steps, probes.timing_warmup_steps of them warm-up"
+)
+WITH_BATCH_SEARCH = (
+    "with a batch-size search (batch_size_search.enabled: true), which probes at it; the sequence-length search "
+    "probes its own lengths, seq_length_search.start to seq_length_search.cap"
+)
+
+
+@dataclass
+class ProbedTraining:
+    """Each probe trains training_args with the probes' steps and its search's own size: these training_args settings
+    act only where something else the frontier runs trains at them, and are refused at planning where nothing does
+    (their scopes' context: `FrontierWork`). per_device_train_batch_size acts nowhere: the batch-size search probes
+    its own sizes and its throughput runs train at the frontiers it finds, the sequence-length search trains at its
+    own batch_size (a value equal to that one passes)."""
+
+    # Each probe's steps and warm-up steps are the probes section's: these act only on the throughput runs.
+    max_steps: int = acts_only(_training_default("max_steps"), lambda work: work.measured_runs, IN_THROUGHPUT_RUNS)
+    timing_warmup_steps: int = acts_only(
+        _training_default("timing_warmup_steps"), lambda work: work.measured_runs, IN_THROUGHPUT_RUNS
+    )
+    # The sequence length the batch-size search probes at and its throughput runs train at.
+    max_seq_length: int = acts_only(
+        _training_default("max_seq_length"), lambda work: work.batch_search, WITH_BATCH_SEARCH
+    )
+
+
+def check_training_acts(
+    training_args: TrainingArgs, batch_size_search: "BatchSizeSearch | None" = None, measure_throughput: bool = True
+) -> None:
+    """Refuse a training_args setting that the probes replace with their own (`ProbedTraining`) where nothing else the
+    frontier runs trains at it: max_steps and timing_warmup_steps without throughput runs, max_seq_length without a
+    batch-size search; every problem at once."""
+    search = batch_size_search if batch_size_search is not None else BatchSizeSearch()
+    batch_search = search.enabled is True
+    work = FrontierWork(batch_search, measured_runs=measure_throughput is True and batch_search)
+    given = ProbedTraining(**{f.name: getattr(training_args, f.name) for f in dataclasses.fields(ProbedTraining)})
+    found = acting_nowhere(
+        ProbedTraining, [given], [work], lambda name: f"training_args.{name}", "nothing this frontier runs trains at it"
+    )
+    if found:
+        raise SpecError(*found)
 
 
 def check_throughput_settings(
@@ -278,9 +331,11 @@ def plan_searches(
     seq_length_search: SeqLengthSearch,
     probes: ProbeSettings,
     n_runs: int = 1,
+    measure_throughput: bool = True,
 ) -> list[FrontierSearch]:
     """Validate every input (naming the key at fault; every problem at once) and list the searches: per arm, per
-    enabled dimension."""
+    enabled dimension. `measure_throughput`: whether throughput runs follow the batch-size search (the only runs
+    that train at training_args' own steps, `check_training_acts`)."""
     problems = Problems()
     # The training settings as given (they are what the throughput runs train with) ...
     with problems.check():
@@ -309,8 +364,10 @@ def plan_searches(
     for r in ranges:
         with problems.check():
             _check_range(r)
-        with problems.check():
-            _check_not_replaced(training_args, r)
+    with problems.check():
+        _check_not_replaced(training_args, ranges)
+    with problems.check():
+        check_training_acts(training_args, batch_size_search, measure_throughput)
     problems.raise_if_any()
     _check_data_fits(training_args, ranges)
 
@@ -365,18 +422,32 @@ def _check_probe_runs(args: TrainingArgs, swept: dict, index: int) -> None:
         ) from None
 
 
-def _check_not_replaced(training_args: TrainingArgs, r: "_Range") -> None:
-    """A training_args value that a search replaces with its own (the sequence-length search trains at its own
-    `batch_size`) is a slip when it is not the default: the searches would silently train at another value."""
-    default = TrainingArgs()
-    for name, value in r.fixed.items():
-        given = getattr(training_args, name)
-        if given != getattr(default, name) and given != value:
-            field = "batch_size" if name == BATCH_SIZE else name  # the search section's name for it
-            raise SpecError(
-                f"training_args.{name} {given}: the {r.dimension} search trains at its own {r.key}.{field} "
-                f"({value}), not at this value; set {r.key}.{field}: {given}, or leave {name} out of training_args"
-            )
+def _check_not_replaced(training_args: TrainingArgs, ranges: list["_Range"]) -> None:
+    """training_args.per_device_train_batch_size is a slip when it is not the default: nothing the frontier runs
+    trains at it. The batch-size search probes its own sizes (and its throughput runs train at the frontiers it
+    finds), the sequence-length search trains at its own `batch_size`; a value equal to that one says what that
+    search trains at, and passes."""
+    given = training_args.per_device_train_batch_size
+    if given == _training_default(BATCH_SIZE):
+        return
+    by_dimension = {r.dimension: r for r in ranges}
+    seq, batch = by_dimension.get(SEQ_LENGTH), by_dimension.get(BATCH_SIZE)
+    if seq is not None and given == seq.fixed[BATCH_SIZE]:
+        return
+    if batch is not None:
+        also = f"; the {SEQ_LENGTH} search trains at {seq.key}.batch_size ({seq.fixed[BATCH_SIZE]})" if seq else ""
+        raise SpecError(
+            f"training_args.{BATCH_SIZE} {given}: the batch-size search probes its own sizes, from {batch.key}.start "
+            f"({batch.start}) to {batch.key}.cap ({batch.cap}), and the throughput runs train at the frontiers it "
+            f"finds{also}, never at this value; to start the search there, set {batch.key}.start: {given}, or leave "
+            f"{BATCH_SIZE} out of training_args"
+        )
+    if seq is not None:
+        raise SpecError(
+            f"training_args.{BATCH_SIZE} {given}: the {SEQ_LENGTH} search trains at its own {seq.key}.batch_size "
+            f"({seq.fixed[BATCH_SIZE]}), not at this value; set {seq.key}.batch_size: {given}, or leave {BATCH_SIZE} "
+            "out of training_args"
+        )
 
 
 def _check_range(r: "_Range") -> None:

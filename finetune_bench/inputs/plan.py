@@ -5,6 +5,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
+from finetune_bench.inputs.arms import BASELINE
 from finetune_bench.inputs.condition_checks import validate_condition
 from finetune_bench.inputs.errors import ConditionRefused, Problems, SpecError
 from finetune_bench.inputs.rules import acting_nowhere, acts_everywhere, acts_only
@@ -56,20 +57,25 @@ MEASURED_RUNS = (
     "batch-size search)"
 )
 TRAINS = "where a condition trains (a backend other than forward_only)"
-PREDICTS = "where the plan predicts for a GPU: a condition whose device is cuda or auto (on a CPU nothing is predicted)"
+PREDICTS = "where the plan predicts for a GPU: training on device cuda or auto (on a CPU nothing is predicted)"
+COMPARES = (
+    "where a test is run at it: an arm's runs against the baseline's (experiment_args.arm with baseline and another "
+    "arm), or a software set's against the reference set's (two or more in experiment_args.software_set)"
+)
 
 
 @dataclass(frozen=True)
 class Workload:
     """What a workflow's own settings (`RunSettings`, `PredictionTarget`) act on, for their scopes: whether it
     measures runs (a benchmark's grid, a frontier's throughput runs; a frontier's probes are neither stored nor
-    analysed), whether any of them trains (not forward-only), and whether any runs on a GPU or a dry run predicts for
-    one."""
+    analysed), whether any of them trains (not forward-only), whether any runs on a GPU or a dry run predicts for
+    one, and whether the analysis tests one group of runs against another (`analysis.stats.paired_comparison`)."""
 
     measured_runs: bool
     trains: bool
     on_gpu: bool
     predicts: bool = True
+    compares: bool = False
 
     @classmethod
     def of(cls, conditions: list[TrainingArgs], gpu_here: bool, target_gpu: bool = False) -> "Workload":
@@ -77,7 +83,10 @@ class Workload:
         finds a GPU (a cluster's pods: true) and `target_gpu` whether a dry run predicts for one."""
         on_gpu = target_gpu or any(t.device == "cuda" or (t.device == "auto" and gpu_here) for t in conditions)
         predicts = any(t.device != "cpu" for t in conditions)
-        return cls(bool(conditions), any(t.backend != "forward_only" for t in conditions), on_gpu, predicts)
+        arms = {t.arm for t in conditions}
+        compares = (BASELINE in arms and len(arms) > 1) or len({t.software_set for t in conditions}) > 1
+        trains = any(t.backend != "forward_only" for t in conditions)
+        return cls(bool(conditions), trains, on_gpu, predicts, compares)
 
 
 @dataclass
@@ -92,8 +101,9 @@ class RunSettings:
     # Where finished runs are kept and found again (empty: the default store), and whether to measure them again.
     results_store: str = acts_only("", lambda w: w.measured_runs, MEASURED_RUNS)
     force_fresh: bool = acts_only(False, lambda w: w.measured_runs, MEASURED_RUNS)
-    # The significance level of each arm's test against the baseline.
-    alpha: float = acts_only(0.05, lambda w: w.measured_runs, MEASURED_RUNS)
+    # The significance level of each arm's test against the baseline (and of each software set's against the
+    # reference set).
+    alpha: float = acts_only(0.05, lambda w: w.measured_runs and w.compares, COMPARES)
     # The GPU the train tasks ask for on a cluster (empty: the one they were registered with); the plan's target.
     accelerator: str = acts_everywhere("")
 

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from finetune_bench.kernels.catalog import KernelCase
+from finetune_bench.kernels.settings import CPU_CALLS
 
 QUANTILES = (0.5, 0.2, 0.8)
 MEMORY_CALLS = 10
-CPU_CALLS = 3
 
 
 def mode_function(case: KernelCase, mode: str) -> Callable[[], object]:

@@ -18,6 +18,7 @@ import seaborn as sns  # noqa: E402
 
 from finetune_bench.analysis.numbers import MISSING, span_text  # noqa: E402
 from finetune_bench.kernels.settings import (  # noqa: E402
+    CPU_CALLS,
     LIGER,
     REFERENCE_PROVIDERS,
     TORCH_COMPILE,
@@ -307,10 +308,12 @@ def what_was_measured(
     if sweep is not None:
         # 10 calls: `kernels.measure.MEMORY_CALLS` (that module imports torch, which the report's image has not got)
         memory = "no memory figure on a CPU" if ran_on_cpu(rows) else "the peak allocated over 10 calls"
-        timing = (
-            f"speed: triton.testing.do_bench, {sweep.warmup_ms} ms warm-up and {sweep.rep_ms} ms of calls per point; "
-            f"memory: {memory}"
+        speed = (
+            f"the wall time of {CPU_CALLS} calls per point (a CPU has no triton.testing.do_bench)"
+            if ran_on_cpu(rows)
+            else f"triton.testing.do_bench, {sweep.warmup_ms} ms warm-up and {sweep.rep_ms} ms of calls per point"
         )
+        timing = f"speed: {speed}; memory: {memory}"
     versions = values_text(rows.get("liger_version", pd.Series(dtype=str)))
     locks = rows.get("lock_sha256", pd.Series(dtype=str)).dropna().astype(str)
     locks = ", ".join(dict.fromkeys(lock[:12] for lock in locks if lock and lock != "none"))

@@ -12,7 +12,17 @@ from typing import Any
 from finetune_bench.inputs import software_sets as set_spelling
 from finetune_bench.inputs.catalog import WHERE_PATHS_ARE_READ, architecture_config, architectures
 from finetune_bench.inputs.errors import Problems, SpecError, closest
-from finetune_bench.inputs.rules import acts_everywhere, check_fields, choice, is_integer, list_of, requirement, setting
+from finetune_bench.inputs.rules import (
+    acting_nowhere,
+    acts_everywhere,
+    acts_only,
+    check_fields,
+    choice,
+    is_integer,
+    list_of,
+    requirement,
+    setting,
+)
 from finetune_bench.inputs.sections import StrictFromJson
 from finetune_bench.sources import software
 
@@ -50,6 +60,8 @@ LIGER, TORCH_COMPILE = "liger", "torch_compile"
 MAX_TOKENS = 2**20
 MAX_POINTS = 64
 MODES = ("forward", "backward", "full")
+# The calls a point is timed over on a CPU (`measure.speed_ms`: no triton.testing.do_bench there).
+CPU_CALLS = 3
 METRICS = {"speed": "ms", "memory": "MB"}
 DTYPES = ("bfloat16", "float16", "float32")
 DEVICES = ("auto", "cuda", "cpu")
@@ -242,6 +254,20 @@ def _timeout_floor(key: str, value: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class KernelWork:
+    """What a sweep runs on, for the scopes of its settings (`rules.acts_only`): whether its kernels run on a GPU."""
+
+    on_gpu: bool
+
+
+# Where a setting acts that only a GPU's timing reads.
+ON_A_GPU = (
+    f"on a GPU (device cuda, or auto where a GPU is): on a CPU each point is timed over {CPU_CALLS} calls, whatever "
+    "the budgets"
+)
+
+
 @dataclass
 class KernelBenchmarkSettings(StrictFromJson):
     """One kernel benchmark: every kernel of `kernels` × provider × token count × mode."""
@@ -250,6 +276,13 @@ class KernelBenchmarkSettings(StrictFromJson):
 
     def check(self, skip: Collection[str] = ()) -> None:
         check_fields(self, self.SECTION)  # a refused setting is left at its default, which holds
+        problems = Problems()
+        with problems.check():  # device cpu; device auto is decided where the sweep runs (`check_settings_act`)
+            check_settings_act(self, gpu_here=True)
+        with problems.check():
+            if not {"kernels", "modes", "tokens", "device", "compare_with"} & set(skip):
+                check_shares_a_point(self)
+        problems.raise_if_any()
 
     # Kernels to run (empty: all of them): rms_norm, layer_norm, rope, swiglu, geglu, cross_entropy,
     # fused_linear_cross_entropy, fused_add_rms_norm, dyt, relu_squared, kl_div.
@@ -268,8 +301,8 @@ class KernelBenchmarkSettings(StrictFromJson):
     # Also time and measure torch.compile of the reference (`torch_compile` provider).
     compile_reference: bool = acts_everywhere(False)
     # triton.testing.do_bench's time budgets per point: warm-up and measurement, in milliseconds.
-    warmup_ms: int = acts_everywhere(positive_integer(25))
-    rep_ms: int = acts_everywhere(positive_integer(100))
+    warmup_ms: int = acts_only(positive_integer(25), lambda work: work.on_gpu, ON_A_GPU)
+    rep_ms: int = acts_only(positive_integer(100), lambda work: work.on_gpu, ON_A_GPU)
     # `auto`: the GPU if there is one; on a CPU Liger's kernels run in the Triton interpreter (a check that
     # everything works; its timings mean nothing).
     device: str = acts_everywhere(choice("auto", DEVICES))
@@ -286,6 +319,95 @@ class KernelBenchmarkSettings(StrictFromJson):
     software_sets: list[str] = acts_everywhere(
         setting([], list_of(str, "software sets", "'', liger-kernel==0.8.2"), _software_sets)
     )
+
+
+def check_settings_act(sweep: KernelBenchmarkSettings, gpu_here: bool) -> None:
+    """Refuse a sweep setting set where it acts in nothing the sweep runs (its scope, `KernelWork`): the time budgets
+    on a CPU. `gpu_here`: whether device auto finds a GPU (a cluster's pods: true; a local run: this machine's)."""
+    on_gpu = sweep.device == "cuda" or (sweep.device == "auto" and gpu_here)
+    where = "device 'cpu'" if sweep.device == "cpu" else "device 'auto', and this machine has no GPU"
+    found = acting_nowhere(
+        KernelBenchmarkSettings,
+        [sweep],
+        [KernelWork(on_gpu)],
+        lambda name: f"{sweep.SECTION}.{name}",
+        f"the sweep runs on a CPU ({where})",
+    )
+    if found:
+        raise SpecError(*found)
+
+
+def check_shares_a_point(sweep: KernelBenchmarkSettings) -> None:
+    """`compare_with`'s data has a row with the kernel, mode, metric, x axis and x value of a point the sweep measures
+    (`report.against_published` matches on these): otherwise nothing would be compared, and the sweep's GPU time would
+    buy no comparison. Read at planning, with the data's own checks (`check_benchmark_data`); a CPU measures no
+    memory, so there only its speed rows count."""
+    if not sweep.compare_with:
+        return
+    metrics = ["speed"] if sweep.device == "cpu" else list(METRICS)
+    kernels = [name for name in KERNELS if not sweep.kernels or name in sweep.kernels]
+    ours = {
+        (kernel, mode, metric, KERNELS[kernel], float(tokens))
+        for kernel in kernels
+        for mode in sweep.modes
+        for metric in metrics
+        for tokens in sweep.tokens
+    }
+    theirs = benchmark_data_points(sweep.compare_with)
+    if ours & theirs:
+        return
+    key = f"{sweep.SECTION}.compare_with"
+    has = _points_text(theirs) or "no measured row with a numeric x value"
+    raise SpecError(
+        f"{key}: {sweep.compare_with!r} shares no point with the sweep (a point: kernel, mode, metric, x axis and x "
+        f"value): it has {has}; the sweep measures {_points_text(ours)}; nothing would be compared: sweep the kernels, "
+        "modes and token counts it has, or leave compare_with out"
+    )
+
+
+def _points_text(points: set[tuple]) -> str:
+    """Points (kernel, mode, metric, x axis, x value) as a message says them: per kernel, its x axis and values, its
+    modes and metrics (at most a few of each)."""
+
+    def few(values: list) -> str:
+        shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in values[:6]]
+        return ", ".join(shown) + (f" and {len(values) - 6} more" if len(values) > 6 else "")
+
+    kernels = sorted({point[0] for point in points})
+    parts = []
+    for kernel in kernels[:4]:
+        mine = [point for point in points if point[0] == kernel]
+        xs = sorted({point[4] for point in mine})
+        axes = "/".join(sorted({point[3] for point in mine}))
+        modes = few(sorted({point[1] for point in mine}))
+        metrics = few(sorted({point[2] for point in mine}))
+        parts.append(f"{kernel} at {axes} {few(xs)} ({modes}; {metrics})")
+    more = f" and {len(kernels) - 4} more kernels" if len(kernels) > 4 else ""
+    return "; ".join(parts) + more
+
+
+def benchmark_data_points(source: str) -> set[tuple]:
+    """The points of the rows of Liger's benchmark data at `source` (read as `check_benchmark_data` reads it) that a
+    comparison can use: measured (`status` ok, where the data has one), with a numeric x value; each as (kernel,
+    mode, metric, x axis, x value)."""
+    import csv
+
+    import fsspec
+
+    points = set()
+    try:
+        with fsspec.open(source, "r", newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                if None in row or row.get("status", "ok") != "ok":
+                    continue
+                try:
+                    x = float(row["x_value"])
+                except (TypeError, ValueError):  # a model-config sweep names a model as x
+                    continue
+                points.add((row["kernel_name"], row["kernel_operation_mode"], row["metric_name"], row["x_name"], x))
+    except (OSError, UnicodeDecodeError, csv.Error, KeyError) as exc:
+        raise SpecError(f"compare_with: {source!r} cannot be read as a CSV ({type(exc).__name__}: {exc})") from None
+    return points
 
 
 def check_device_here(sweep: KernelBenchmarkSettings, gpu_names: list[str]) -> None:

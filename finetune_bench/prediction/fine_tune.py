@@ -15,6 +15,7 @@ the lengths it names).
 """
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -145,10 +146,12 @@ def schedule(lengths: np.ndarray, batching: Batching, fine_tune: FineTune, seed:
     steps = fine_tune_steps(len(lengths), batching, fine_tune)
     micro_per_epoch = (len(lengths) // batching.world_size) // batching.batch_size
     if steps < 1 or micro_per_epoch < 1:
-        raise NotProjected(
-            f"{len(lengths)} training rows fill no step of {batching.batch_size} rows × {batching.accumulation} "
-            f"micro-batches on {batching.world_size} rank(s)"
-        )
+        if fine_tune.steps or fewest_epochs(len(lengths), batching) is None:
+            raise NotProjected(
+                f"{len(lengths)} training rows fill no step of {batching.batch_size} rows × {batching.accumulation} "
+                f"micro-batches on {batching.world_size} rank(s)"
+            )
+        raise NotProjected(fills_no_step(fine_tune.epochs, len(lengths), batching))  # the epochs are too few
     accumulation, warmup = batching.accumulation, min(batching.warmup_steps, steps)
     micro_batches = steps * accumulation
     epochs = -(-micro_batches // micro_per_epoch)
@@ -198,17 +201,49 @@ def too_large(steps: int, drawn: int) -> str:
     )
 
 
+def fewest_epochs(rows: int, batching: Batching) -> float | None:
+    """The fewest `fine_tune_epochs` that fill one optimizer step with `rows` rows, rounded up to three significant
+    digits; None where one epoch fills none (the rows, not the epochs, are too few)."""
+    micro_batches = (rows // batching.world_size) // batching.batch_size
+    if micro_batches < batching.accumulation:
+        return None
+    fewest = batching.accumulation / micro_batches
+    digits = 2 - math.floor(math.log10(fewest))
+    rounded = math.ceil(fewest * 10**digits - 1e-9) / 10**digits
+    while int(rounded * micro_batches) < batching.accumulation:  # a float's last digit
+        rounded = round(rounded + 10.0**-digits, digits)
+    return rounded
+
+
+def fills_no_step(epochs: float, rows: int, batching: Batching, packed: bool = False) -> str:
+    """Why `epochs` passes over `rows` rows, one of which fills a step (`fewest_epochs`), fill no optimizer step, and
+    what to set instead; `packed`: `rows` are examples that packing joins into at most as many rows."""
+    micro_batches = (rows // batching.world_size) // batching.batch_size
+    at_most = "at most " if packed else ""
+    examples = " (packed: at most one row an example)" if packed else ""
+    size = f"{batching.batch_size} row{'s' if batching.batch_size != 1 else ''}"
+    return (
+        f"fine_tune_epochs {epochs:g} fills no optimizer step: an epoch of {at_most}{rows:,} training rows{examples} "
+        f"is {at_most}{micro_batches:,} micro-batches ({size} each on {batching.world_size} rank(s), "
+        f"{batching.accumulation} a step), so nothing would be projected; set fine_tune_epochs to at least "
+        f"{fewest_epochs(rows, batching):g}, or fine_tune_steps to the optimizer steps you plan"
+    )
+
+
 def check_fine_tune_fills(conditions: list["TrainingArgs"], epochs: float, steps: int) -> None:  # noqa: F821
     """Refuse, before anything trains, a fine-tune (`epochs` passes, or `steps` optimizer steps) whose size planning
-    can compute (generated data, whose rows are known; without packing, which joins rows only once they are
-    tokenized) that fills no optimizer step, or that would make the projection itself slow (`MAX_DRAWN_ROWS`); one
-    problem per kind, naming the fine-tune once. The fine-tune left at its default (one epoch) is not refused for
-    filling no step: a small grid is then measured and said not to project."""
+    can compute (generated data, whose rows are known) that fills no optimizer step, or that would make the
+    projection itself slow (`MAX_DRAWN_ROWS`); one problem per kind, naming the fine-tune once. Packed rows are known
+    only once the data is tokenized, but each packed row holds at least one example's tokens (truncated to
+    max_seq_length, as `running.backends.data.pack` and TRL's packing truncate them), so there are at most as many
+    as examples: a packed fine-tune that fills no step even with that many is refused too, a slow one is left to the
+    projection's own bound. The fine-tune left at its default (one epoch) is not refused for filling no step: a small
+    grid is then measured and said not to project."""
     fine_tune = FineTune(epochs=epochs, steps=steps)
     asked = fine_tune != FineTune()
     empty = large = ""
     for args in conditions:
-        if not args.dataset_name.startswith(SYNTHETIC_PREFIX) or args.packing:
+        if not args.dataset_name.startswith(SYNTHETIC_PREFIX):
             continue
         batching = batching_of(args)
         rows = max(args.synthetic_num_examples - args.eval_examples, 0)
@@ -217,13 +252,17 @@ def check_fine_tune_fills(conditions: list["TrainingArgs"], epochs: float, steps
             fine_tune_steps(rows, batching, fine_tune) if (rows // batching.world_size) // batching.batch_size else 0
         )
         if filled < 1 and asked and not empty:
-            what = f"fine_tune_steps {steps:,}" if steps else f"fine_tune_epochs {epochs:g}"
-            empty = (
-                f"{what}: {rows:,} training rows (training_args.synthetic_num_examples less eval_examples) fill no "
-                f"optimizer step of {per_step:,} rows (batch × gradient_accumulation_steps × GPUs), so nothing would "
-                "be projected; generate more rows"
-            )
-        elif filled >= 1 and filled * per_step > MAX_DRAWN_ROWS and not large:
+            if steps or fewest_epochs(rows, batching) is None:  # the rows fill no step, whatever the epochs
+                what = f"fine_tune_steps {steps:,}" if steps else f"fine_tune_epochs {epochs:g}"
+                packed = " (packed: at most as many rows)" if args.packing else ""
+                empty = (
+                    f"{what}: {rows:,} training rows (training_args.synthetic_num_examples less eval_examples){packed} "
+                    f"fill no optimizer step of {per_step:,} rows (batch × gradient_accumulation_steps × GPUs), so "
+                    "nothing would be projected; generate more rows"
+                )
+            else:  # the rows fill a step: the epochs are too few
+                empty = fills_no_step(epochs, rows, batching, packed=args.packing)
+        elif filled >= 1 and filled * per_step > MAX_DRAWN_ROWS and not large and not args.packing:
             large = f"{too_large(filled, filled * per_step)}: set fine_tune_steps or fine_tune_epochs lower"
     problems = [problem for problem in (empty, large) if problem]
     if problems:

@@ -4,7 +4,7 @@ of claimed against measured sizes and setups."""
 import pandas as pd
 import pytest
 
-from finetune_bench.frontier.claims import check_claim, claim_tables
+from finetune_bench.frontier.claims import check_claim, check_claim_on_a_gpu, claim_tables
 from finetune_bench.frontier.settings import BATCH_SIZE, SEQ_LENGTH, FrontierArm, FrontierSearch
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.settings import TrainingArgs
@@ -90,3 +90,26 @@ def test_the_report_header_names_the_capped_gpu_and_how_many_a_probe_trains_on()
     environment = {"gpu_name": "NVIDIA H200", "gpu_memory_bytes": str(150 * 2**30), "gpu_memory_cap_gib": "79.6"}
     header = what_was_measured(searches, environment, 79.6, None, pd.DataFrame({"measured_at": []}))
     assert header["hardware"] == "NVIDIA H200 capped to 79.6 GiB (gpu_memory_cap_gib), 4 GPUs a probe"
+
+
+def test_a_claim_about_an_arm_that_is_not_searched_is_refused():
+    """The claim sets Liger against the baseline: without one of them, its half would read "not searched"."""
+    with pytest.raises(SpecError) as refused:
+        check_claim(LIGER_CLAIM, [_search("compile"), _search("baseline")])
+    assert refused.value.problems == [
+        "claim 'liger-readme-context-length' is about the arms baseline and liger, and arms has no liger (it searches "
+        "compile, baseline): the claim's liger half would go unanswered; add {arm: liger} to arms, or leave claim out"
+    ]
+    check_claim(LIGER_CLAIM, [_search("compile"), _search("baseline"), _search("liger")])
+
+
+def test_a_claim_about_gpu_memory_checked_on_a_cpu_is_refused():
+    with pytest.raises(SpecError, match=r"^claim 'liger-readme-context-length' is about GPU memory, and the probes "
+                       r"would train on a CPU \(training_args.device 'cpu'\).*or leave claim out$"):  # fmt: skip
+        check_claim_on_a_gpu(LIGER_CLAIM, "cpu", gpu_here=True)
+    with pytest.raises(SpecError, match=r"\(training_args.device 'auto', and this machine has no GPU\)"):
+        check_claim_on_a_gpu(LIGER_CLAIM, "auto", gpu_here=False)
+    check_claim_on_a_gpu(LIGER_CLAIM, "auto", gpu_here=True)  # a GPU here, a cluster's pods, or a dry run's target
+    check_claim_on_a_gpu(LIGER_CLAIM, "cuda", gpu_here=False)
+    check_claim_on_a_gpu(LIGER_CLAIM, "cpu", gpu_here=False, simulated=True)  # the fake memory model: a report test
+    check_claim_on_a_gpu("", "cpu", gpu_here=False)

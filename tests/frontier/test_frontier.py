@@ -501,7 +501,14 @@ def test_smoke_yaml_is_the_embedded_default():
 
 
 @pytest.mark.parametrize(
-    "name", ["frontier_llama1b_2048", "frontier_llama1b_4096", "frontier_phi3_512", "frontier_llama1b_a100_40gb"]
+    "name",
+    [
+        "frontier_llama1b_2048",
+        "frontier_llama1b_4096",
+        "frontier_phi3_512",
+        "frontier_llama1b_a100_40gb",
+        "frontier_llama3_8b_fsdp4",
+    ],
 )
 def test_gpu_inputs_are_valid(name):
     inputs = yaml.safe_load((PROJECT_ROOT / "inputs" / f"{name}.yaml").read_text())
@@ -512,9 +519,11 @@ def test_gpu_inputs_are_valid(name):
         SeqLengthSearch(**inputs.get("seq_length_search", {})),
         ProbeSettings(**inputs["probes"]),
         inputs.get("n_runs", 1),
+        inputs["measure_throughput"],
     )
     assert {s.arm.arm for s in searches} == {"liger", "baseline"}
-    assert inputs["measure_throughput"] is ("a100" not in name)  # the capped one answers what fits, not how fast
+    # the capped ones answer what fits, not how fast
+    assert inputs["measure_throughput"] is not ("a100" in name or "fsdp4" in name)
 
 
 def test_dynamic_body_compiles_to_a_map_over_every_search():
@@ -750,3 +759,39 @@ def test_a_fit_whose_reserve_filled_the_gpu_is_measured_by_its_allocated_peak(mo
     expected = max(v for v in range(2048, 32769, 1024) if (fixed + per_unit * v) * 1.05 <= limit)
     assert (result.status, result.frontier, result.first_oom) == (FOUND, expected, expected + 1024)
     assert result.probes_used <= 4, [(p.value, p.phase, p.status) for p in result.probes]
+
+
+def test_a_dry_run_counts_the_probes_each_search_would_take_as_its_settings_say():
+    """The dry run's GPU time: each search run against the memory model's verdicts (`predicted_probes`), guided or
+    doubling as probes.guided says, with probes.confirmations re-probes."""
+    from finetune_bench.frontier.predicted import plan_totals, predicted_frontiers, predicted_probes
+    from finetune_bench.prediction.grid import target_gpu
+
+    fixed, per_unit, limit = 30 * GIB, 1.7 * GIB, 78 * GIB
+    model = Guide(predict=lambda v: fixed + per_unit * v, limit_bytes=limit)
+    guided = predicted_probes(make_search(start=8, cap=256), model)
+    doubling = predicted_probes(dataclasses.replace(make_search(start=8, cap=256), guided=False), model)
+    assert guided <= 4 < doubling
+    assert predicted_probes(make_search(start=8, cap=256, confirmations=3), model) == guided + 2
+    # the workflow's: a tiny model, whose every size fits an H100 up to the cap
+    search = dataclasses.replace(make_search(start=1, cap=4), training_args=TrainingArgs(max_steps=2))
+    searches = [search, dataclasses.replace(search, guided=False, confirmations=2)]
+    table = predicted_frontiers(searches, target_gpu("H100", 0.0, ""))
+    assert table["search"].tolist() == ["guided", "doubling"]
+    assert table["predicted_probes"].tolist() == [2, 5]  # the cap, confirmed; 1, 2, 4, confirmed twice
+    assert table["predicted_gpu_seconds"].tolist() == [60, 150]
+    assert plan_totals(table, target_gpu("H100", 0.0, ""))[-1] == (
+        "GPU time: about 210 GPU-seconds (7 probes were the memory model right, 30 s start-up each)"
+    )
+
+
+def test_a_cpu_frontier_s_gpu_kind_is_refused():
+    """On a CPU the frontier predicts nothing (as the benchmark's plan): its gpu_kind acts nowhere."""
+    from finetune_bench.frontier.predicted import check_prediction_acts
+
+    with pytest.raises(SpecError) as refused:
+        check_prediction_acts("H100", 0.0, TrainingArgs(device="cpu"), gpu_here=True)
+    (problem,) = refused.value.problems
+    assert problem.startswith("gpu_kind 'H100' acts only where the plan predicts for a GPU: training on device cuda")
+    check_prediction_acts("H100", 0.0, TrainingArgs(device="auto"), gpu_here=False)
+    check_prediction_acts("", 0.0, TrainingArgs(device="cpu"), gpu_here=False)

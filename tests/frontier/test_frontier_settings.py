@@ -177,3 +177,55 @@ def test_a_training_args_value_the_search_replaces_is_refused_naming_where_to_se
         "seq_length_search.batch_size (1), not at this value; set seq_length_search.batch_size: 8, or leave "
         "per_device_train_batch_size out of training_args"
     ]
+
+
+def _planned(training: dict, batch: BatchSizeSearch, seq: SeqLengthSearch, measure_throughput: bool = False) -> None:
+    training_args = TrainingArgs(
+        model_name="random:tiny-llama", backend="plain_loop", synthetic_min_words=64, synthetic_max_words=80, **training
+    )
+    probes = ProbeSettings(max_steps=2, timing_warmup_steps=1)
+    plan_searches(training_args, [FrontierArm(arm="baseline")], batch, seq, probes, 1, measure_throughput)
+
+
+BATCH = BatchSizeSearch(start=1, cap=4)
+SEQ = SeqLengthSearch(batch_size=1, start=32, cap=64, granularity=32)
+NO_BATCH, NO_SEQ = BatchSizeSearch(enabled=False), SeqLengthSearch(enabled=False)
+
+
+@pytest.mark.parametrize(
+    ("training", "batch", "seq", "refused"),
+    [
+        # every probe trains probes.max_steps: training_args' steps are the throughput runs' alone
+        (dict(max_steps=50), BATCH, SEQ, "training_args.max_steps 50 acts only in the throughput runs"),
+        (dict(timing_warmup_steps=3, max_steps=8), BATCH, NO_SEQ, "training_args.max_steps 8 acts only in the"),
+        # the sequence-length search probes its own lengths: only a batch-size search probes at max_seq_length
+        (dict(max_seq_length=48), NO_BATCH, SEQ, "training_args.max_seq_length 48 acts only with a batch-size search"),
+        # the batch-size search probes its own sizes
+        (
+            dict(per_device_train_batch_size=4),
+            BATCH,
+            NO_SEQ,
+            "training_args.per_device_train_batch_size 4: the batch-size search probes its own sizes, from "
+            "batch_size_search.start (1) to batch_size_search.cap (4), and the throughput runs train at the frontiers "
+            "it finds, never at this value; to start the search there, set batch_size_search.start: 4, or leave "
+            "per_device_train_batch_size out of training_args",
+        ),
+    ],
+)
+def test_a_training_args_value_the_probes_replace_is_refused_naming_what_decides(training, batch, seq, refused):
+    with pytest.raises(SpecError) as error:
+        _planned(training, batch, seq)
+    found = [problem for problem in error.value.problems if problem.startswith(refused)]
+    assert len(found) == 1, error.value.problems
+    if " acts only " in refused:
+        assert "nothing this frontier runs trains at it, so it would change nothing" in found[0]
+
+
+def test_a_training_args_value_the_frontier_trains_at_is_kept():
+    """max_steps with throughput runs (their steps); max_seq_length with a batch-size search (it probes at it); a batch
+    equal to the sequence-length search's own (what that search trains at)."""
+    _planned(dict(max_steps=50, timing_warmup_steps=5), BATCH, SEQ, measure_throughput=True)
+    _planned(dict(max_seq_length=48), BATCH, SEQ)
+    at_two = SeqLengthSearch(batch_size=2, start=32, cap=64, granularity=32)
+    _planned(dict(per_device_train_batch_size=2), BATCH, at_two)
+    _planned(dict(per_device_train_batch_size=2), NO_BATCH, at_two)

@@ -183,7 +183,9 @@ def test_a_fine_tune_that_fills_no_step_or_would_make_the_projection_slow_is_ref
     assert problem.startswith("fine_tune_epochs 1.5: 16 training rows (training_args.synthetic_num_examples less")
     assert "fill no optimizer step of 32 rows" in problem
     check_fine_tune_fills([few], 1.0, 0)  # left at its default: measured, and said not to project
-    check_fine_tune_fills([dataclasses_replace(few, packing=True)], 1.5, 0)  # packed rows are known only later
+    # packed, the rows are at most the examples: fewer than a step's, whatever the packing
+    with pytest.raises(SpecError, match=r"^fine_tune_epochs 1.5: 16 training rows .* \(packed: at most as many rows\)"):
+        check_fine_tune_fills([dataclasses_replace(few, packing=True)], 1.5, 0)
     many = TrainingArgs(synthetic_num_examples=64, per_device_train_batch_size=8)
     with pytest.raises(SpecError, match=f"more than the {MAX_DRAWN_ROWS:,} the projection draws at most"):
         check_fine_tune_fills([many], 1.0, MAX_DRAWN_ROWS // 8 + 1)
@@ -250,3 +252,45 @@ def test_a_kernel_sweep_s_repeated_names_and_a_cuda_device_without_a_gpu_are_ref
         check_device_here(KernelBenchmarkSettings(device="cuda"), [])
     check_device_here(KernelBenchmarkSettings(device="cuda"), ["NVIDIA H200"])
     check_device_here(KernelBenchmarkSettings(device="auto"), [])
+
+
+def test_alpha_acts_only_where_a_test_is_run_at_it():
+    """The significance level of the tests of an arm against the baseline, or of a software set against the reference
+    set: with the baseline arm alone no test is run."""
+    from finetune_bench.inputs.plan import RunSettings, Workload, check_workflow_settings_act
+
+    def workload(**axes) -> Workload:
+        return Workload.of([run.training_args for run in plan_runs(ExperimentArgs(**axes), TrainingArgs(), 1)], False)
+
+    with pytest.raises(SpecError) as refused:
+        check_workflow_settings_act([RunSettings(alpha=0.01)], workload(arm=["baseline"]))
+    (problem,) = refused.value.problems
+    assert problem.startswith("alpha 0.01 acts only where a test is run at it: an arm's runs against the baseline's")
+    assert problem.endswith("leave it at its default (0.05) or set what it acts with")
+    for tested in (dict(arm=["liger", "baseline"]), dict(arm=["baseline", "baseline_repeat"])):
+        check_workflow_settings_act([RunSettings(alpha=0.01)], workload(**tested))
+    check_workflow_settings_act([RunSettings(alpha=0.01)], workload(arm=[], software_set=["", "liger-kernel==0.8.2"]))
+    check_workflow_settings_act([RunSettings()], workload(arm=["baseline"]))  # left at its default
+
+
+def test_a_packed_fine_tune_of_too_few_epochs_is_refused_naming_the_epochs_and_the_note_names_them_too():
+    """Packing joins examples into at most as many rows (each truncated to max_seq_length): a fraction of an epoch
+    that fills no step even then fills none; the projection's note, where planning could not tell, says the same."""
+    import numpy as np
+
+    from finetune_bench.prediction.fine_tune import FineTune, NotProjected, batching_of, check_fine_tune_fills, schedule
+
+    packed = TrainingArgs(synthetic_num_examples=32, per_device_train_batch_size=1, packing=True)
+    with pytest.raises(SpecError) as refused:
+        check_fine_tune_fills([packed], 0.001, 0)
+    (problem,) = refused.value.problems
+    assert problem == (
+        "fine_tune_epochs 0.001 fills no optimizer step: an epoch of at most 32 training rows (packed: at most one row "
+        "an example) is at most 32 micro-batches (1 row each on 1 rank(s), 1 a step), so nothing would be projected; "
+        "set fine_tune_epochs to at least 0.0313, or fine_tune_steps to the optimizer steps you plan"
+    )
+    check_fine_tune_fills([packed], 0.0313, 0)
+    check_fine_tune_fills([packed], 1.0, 3)
+    with pytest.raises(NotProjected, match=r"^fine_tune_epochs 0.001 fills no optimizer step: an epoch of 32 training"):
+        schedule(np.full(32, 16), batching_of(packed), FineTune(epochs=0.001))
+    assert schedule(np.full(32, 16), batching_of(packed), FineTune(epochs=0.0313)).steps == 1

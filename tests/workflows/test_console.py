@@ -94,7 +94,7 @@ def test_a_frontier_dry_run_prints_a_short_plan_and_ends_with_its_totals(tmp_pat
         "lie higher",
     ], output
     assert plan[4].startswith("target GPU: H100") and plan[4].endswith(", 78.4 GiB usable by torch")
-    assert plan[5] == "searches: 4 (4 the cap fits)" and plan[6].startswith("GPU time: about 480 GPU-seconds")
+    assert plan[5] == "searches: 4 (4 the cap fits)" and plan[6].startswith("GPU time: about 240 GPU-seconds (8 probes")
     export = tmp_path / "export"
     assert plan[7:] == [
         f"report: {(export / 'frontier_plan.html').resolve()}",
