@@ -19,8 +19,7 @@ SHAPE_MARGIN = 0.03
 # How a user makes batch shapes repeat, said wherever an arm's figure depends on them.
 REMEDY = (
     "`pad_to_multiple_of: 64` makes padded batches repeat a few lengths; `packing: true` fills every row to "
-    "max_seq_length (one shape); at one unpacked row a batch, `cudnn_any_length: true` has cuDNN's attention reuse "
-    "one plan per power-of-two length"
+    "max_seq_length (one shape)"
 )
 # A run that compiled Triton kernels for this long in its timed steps is said to have (a kernel loaded from Triton's
 # disk cache takes milliseconds: no word).
@@ -30,8 +29,9 @@ NOTABLE_COMPILE_S = 0.05
 CUDNN_NOTE = (
     "on H100s and H200s with torch 2.11, SDPA's cuDNN attention was measured to pay for each new length (building its "
     "plan; 1.5-3 s at a few lengths in a machine's first run, compiling kernels once: `jit_cache_bytes`), and "
-    "`attention: efficient` almost nothing per length at a lower steady throughput (docs/measurements.md; the Step "
-    "times tab)"
+    "`attention: efficient` almost nothing per length at a lower steady throughput; at one unpacked row a batch "
+    "(no attention mask), `cudnn_any_length: true` has cuDNN reuse one plan per power-of-two length "
+    "(docs/measurements.md; the Step times tab)"
 )
 # The attention settings under which SDPA may pick cuDNN's kernel.
 CUDNN_ATTENTIONS = ("sdpa", "cudnn")
