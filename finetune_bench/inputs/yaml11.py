@@ -48,8 +48,9 @@ _OCTAL = re.compile(r"[-+]?0[0-7_]+")
 _ZERO_PADDED = re.compile(r"[-+]?0\d+")
 # A number written with thousands separators (`1,024`, `1,048,576`).
 THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+")
-# A number's second half after a decimal comma in a flow list (`[2,0e-5]` is the items 2 and '0e-5').
-_AFTER_DECIMAL_COMMA = re.compile(r"\d+([eE][-+]?\d+)?")
+# A number's second half after a decimal comma in a flow list (`[2,0e-5]` is the items 2 and '0e-5'). Only with an
+# exponent: plain digits there are read as an integer, so digits read as text were quoted on purpose (`[1, "2"]`).
+_AFTER_DECIMAL_COMMA = re.compile(r"\d+[eE][-+]?\d+")
 
 
 def _mark(cls: type, value: Any, node: yaml.ScalarNode) -> Any:
