@@ -35,7 +35,7 @@ def test_a_decimal_comma_is_named_in_a_list_and_in_a_scalar():
     with pytest.raises(SpecError, match=r"got '2,0e-5' \(a decimal comma: write 2\.0e-5\)"):
         TrainingArgs.from_mapping(yaml.safe_load("learning_rate: 2,0e-5"))
     # digits YAML read as text were quoted: no decimal comma there (the wrong type is named elsewhere)
-    assert yaml11_traps(yaml.safe_load("experiment_args:\n  per_device_train_batch_size: [1, \"2\"]\n")) == []
+    assert yaml11_traps(yaml.safe_load('experiment_args:\n  per_device_train_batch_size: [1, "2"]\n')) == []
 
 
 @pytest.mark.parametrize(("word", "read_as"), [("no", "false"), ("off", "false"), ("yes", "true"), ("on", "true")])
