@@ -63,7 +63,7 @@ run: $(VENV)/.installed ## the benchmark workflow on INPUTS (default inputs/smok
 
 # The demo keeps its runs in this checkout's own results store (runs/.results): a fresh clone's first demo measures
 # every run, and a second one reuses them and says so.
-demo: ## the offline CPU smoke run (inputs/smoke.yaml, a minute or two); ends with the report and results paths
+demo: ## the offline CPU smoke run (inputs/smoke.yaml; about 3 minutes the first time, install included); ends with the report and results paths
 	@$(MAKE) --no-print-directory run INPUTS=inputs/smoke.yaml RUN_ARGS="--results_store $(CURDIR)/runs/.results"
 
 # A dry run: validates INPUTS and prints what the memory model predicts, nothing downloaded or trained. A benchmark
