@@ -109,7 +109,7 @@ kernels: $(VENV)/.installed ## the kernel benchmark on KERNEL_INPUTS (default: i
 	$(Q)FINETUNE_BENCH_EXPORT_DIR=$(abspath $(RUN_DIR)) $(BIN)/pyflyte run workflows/kernels.py kernel_benchmark --inputs-file $(KERNEL_INPUTS) \
 	  || { status=$$?; rmdir $(RUN_DIR) 2>/dev/null; exit $$status; }
 
-test: $(VENV)/.installed-dev ## the test suite (about 11 minutes on 2 cores; slow checks: make test-all)
+test: $(VENV)/.installed-dev ## the test suite (about 12 minutes on 2 cores; slow checks: make test-all)
 	$(BIN)/pytest -q
 
 # Includes the slow end-to-end checks (several minutes on a CPU).

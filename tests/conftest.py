@@ -33,6 +33,10 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # One thread per process for PyTorch's (OpenMP's) operators: the suite's workers and their training children share two
 # cores and train tiny models, and a pool of threads per process spins waiting for cores the others hold.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# joblib sets this in its importer's environment (scikit-learn imports it): in a test worker that is halfway through
+# its tests, whenever one first imports scikit-learn, and every run after it then needs a fork server of its own
+# (keyed by the environment, seconds of both cores to start). Set from the start, as joblib sets it.
+os.environ.setdefault("KMP_INIT_AT_FORK", "FALSE")
 tempfile.tempdir = None
 
 import contextlib  # noqa: E402
@@ -67,6 +71,51 @@ def pytest_pyfunc_call(pyfuncitem):
 def pytest_fixture_setup(fixturedef, request):
     with _without_current_test_var():
         return (yield)
+
+
+# The files that take longest with the whole suite running on two cores (each a minute or more: training runs,
+# `pyflyte run`, pods), longest first. Each file runs whole on one worker (`--dist loadfile`), and the workers take
+# files in the order collected (`--no-loadscope-reorder`): these first, so that none of them starts while the others
+# end, then every other file as collected. A file missing here only runs later; a renamed one is still run.
+LONGEST_FILES = (
+    "cluster/test_cluster_path.py",
+    "running/test_ranks.py",
+    "workflows/test_workflow.py",
+    "running/test_faults_resume.py",
+    "running/test_forkserver.py",
+    "running/test_launch.py",
+    "kernels/test_kernels.py",
+    "frontier/test_frontier.py",
+    "running/test_float8.py",
+    "running/test_float16_mixed_precision.py",
+    "integrations/test_wandb_logging.py",
+    "reporting/test_figure_layout.py",
+    "running/test_evaluation.py",
+    "analysis/test_stacks.py",
+    "frontier/test_frontier_ranks.py",
+    "running/test_hand_loop.py",
+    "running/test_process_cleanup.py",
+    "running/test_device_lock.py",
+    "running/test_attention_and_allocator.py",
+    "sources/test_software.py",
+    "running/test_backends_extra.py",
+    "running/test_cut_cross_entropy_loss.py",
+    "workflows/test_nothing_lost.py",
+    "running/test_profile.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    tests = Path(__file__).resolve().parent
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+
+    def file_rank(item) -> int:
+        try:
+            return rank.get(item.path.resolve().relative_to(tests).as_posix(), len(rank))
+        except ValueError:  # a test outside tests/
+            return len(rank)
+
+    items.sort(key=file_rank)  # stable: each file's own tests keep their order
 
 
 @pytest.fixture(scope="session")

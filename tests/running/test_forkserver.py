@@ -49,31 +49,6 @@ def test_a_liger_patch_never_reaches_the_next_run_forked_from_the_same_server(
     assert not baseline.liger_patches and baseline.loss_path == "hf_cross_entropy"
 
 
-def test_a_forked_run_measures_what_a_fresh_interpreter_measures(
-    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
-):
-    forked = run_in_child(planned("forked"), tiny_dataset_dir, tiny_model_dir, tmp_path / "f", 300)
-    monkeypatch.setenv(forkserver.ENABLED_ENV, "0")
-    fresh = run_in_child(planned("fresh"), tiny_dataset_dir, tiny_model_dir, tmp_path / "s", 300)
-    assert forked.status == fresh.status == "ok", (forked.error_tail, fresh.error_tail)
-    assert (forked.details["child_started"], fresh.details["child_started"]) == (FORKED, "fresh interpreter")
-    for name in ("final_loss", "model_flops_per_token", "measured_tokens"):
-        assert forked.metrics[name] == pytest.approx(fresh.metrics[name], rel=1e-6), name
-    # a forked child found the heavy modules imported: its imports are a small part of a fresh one's
-    assert forked.metrics["imports_s"] < fresh.metrics["imports_s"]
-
-
-def test_endings_of_a_forked_child_are_classified_as_a_fresh_ones(fresh_servers, tmp_path, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, "segfault@0")
-    result = run_in_child(planned("crash"), tmp_path, tmp_path, tmp_path / "run", timeout_s=120)
-    assert result.details["child_started"] == FORKED
-    assert result.status == "error" and "killed by SIGSEGV" in result.reason
-    monkeypatch.setenv(FAULT_ENV, "hang@0")
-    result = run_in_child(planned("hang"), tmp_path, tmp_path, tmp_path / "hang", timeout_s=3)
-    assert result.details["child_started"] == FORKED
-    assert result.status == "timeout"
-
-
 def test_an_environment_the_imports_read_gets_a_server_of_its_own():
     base = {"PATH": "/usr/bin", RUN_ENV: "a#0", FAULT_ENV: ""}
     assert forkserver.server_key(base) == forkserver.server_key({**base, RUN_ENV: "b#1", FAULT_ENV: "hang@0"})
@@ -115,8 +90,47 @@ def test_a_timeout_that_runs_out_while_the_server_starts_still_ends_the_child(fr
     assert result.status == "timeout"
 
 
+@pytest.fixture(scope="module")
+def _no_server_before_the_shared_ones():
+    forkserver.close_servers()
+
+
+@pytest.fixture
+def shared_servers(_no_server_before_the_shared_ones):
+    """The servers the tests below share (the tests above close theirs): each test's runs fork from the server the
+    first of them started (a server's imports are seconds of both cores), as a grid's runs do. Their environments
+    differ only in what a run reads while it runs (`RUNTIME_ENV`), so it stays the one server; it stays for the
+    runs of later tests in this process, as any run's server does."""
+    return forkserver._SERVERS
+
+
+def test_a_forked_run_measures_what_a_fresh_interpreter_measures(
+    shared_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
+):
+    forked = run_in_child(planned("forked"), tiny_dataset_dir, tiny_model_dir, tmp_path / "f", 300)
+    monkeypatch.setenv(forkserver.ENABLED_ENV, "0")
+    fresh = run_in_child(planned("fresh"), tiny_dataset_dir, tiny_model_dir, tmp_path / "s", 300)
+    assert forked.status == fresh.status == "ok", (forked.error_tail, fresh.error_tail)
+    assert (forked.details["child_started"], fresh.details["child_started"]) == (FORKED, "fresh interpreter")
+    for name in ("final_loss", "model_flops_per_token", "measured_tokens"):
+        assert forked.metrics[name] == pytest.approx(fresh.metrics[name], rel=1e-6), name
+    # a forked child found the heavy modules imported: its imports are a small part of a fresh one's
+    assert forked.metrics["imports_s"] < fresh.metrics["imports_s"]
+
+
+def test_endings_of_a_forked_child_are_classified_as_a_fresh_ones(shared_servers, tmp_path, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "segfault@0")
+    result = run_in_child(planned("crash"), tmp_path, tmp_path, tmp_path / "run", timeout_s=120)
+    assert result.details["child_started"] == FORKED
+    assert result.status == "error" and "killed by SIGSEGV" in result.reason
+    monkeypatch.setenv(FAULT_ENV, "hang@0")
+    result = run_in_child(planned("hang"), tmp_path, tmp_path, tmp_path / "hang", timeout_s=3)
+    assert result.details["child_started"] == FORKED
+    assert result.status == "timeout"
+
+
 def test_a_forked_child_dies_with_its_launcher_s_connection(
-    fresh_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
+    shared_servers, tiny_model_dir, tiny_dataset_dir, tmp_path, monkeypatch
 ):
     """A launcher gone without a word (a rank's supervisor killed by SIGKILL closes its connection): the keeper
     kills the child it would otherwise leave running."""
@@ -137,14 +151,14 @@ def test_a_forked_child_dies_with_its_launcher_s_connection(
 
 
 def test_ranks_fork_from_the_server_their_launcher_offered_with_its_environment_and_their_own_launch_variables(
-    fresh_servers, tmp_path
+    shared_servers, tmp_path
 ):
     env = child_env(planned("ranks"))
     with forkserver.offered_to_ranks(env):
         offered = os.environ[forkserver.NODE_SERVER_ENV]
-        assert len(fresh_servers) == 1
+        assert len(shared_servers) == 1
     assert forkserver.NODE_SERVER_ENV not in os.environ  # offered to one launch's ranks only; the server stays
-    assert len(fresh_servers) == 1
+    assert len(shared_servers) == 1
     # the rank's process: the launch's variables, its run's, and one its own imports set (not passed on)
     rank_env = {**env, forkserver.NODE_SERVER_ENV: offered, "RANK": "1", "MASTER_PORT": "29500", "LIBRARY_SET": "1"}
     rank_env.update({FAULT_ENV: "oom@2", RUN_ENV: "ranks#0@rank1"})
