@@ -1,6 +1,7 @@
-"""Cold runs: a run during whose warm-up or timed steps the CUDA JIT cache grew compiled kernels for its machine
-(`measuring.jit_cache`), the first run on a fresh machine or pod. It pays seconds of one-time compilation (on an
-H200 at Llama-3.2-1B: 3-7 s more warm-up, new-length steps of 1.5-3 s; docs/measurements.md) that a second run on
+"""Cold runs: a run during whose warm-up or timed steps the kernel caches (the CUDA driver's JIT cache, Triton's)
+grew by kernels compiled for its machine (`measuring.jit_cache`), the first run on a fresh machine or pod. It pays
+seconds of one-time compilation (on an H200 at Llama-3.2-1B: 3-7 s more warm-up, new-length steps of 1.5-3 s;
+Liger's first run about 2 s of Triton's compilations and slower steps; docs/measurements.md) that a second run on
 the machine, and every later step of the fine-tune, does not.
 
 A cold run stays in the results table and the runs list, marked `cold`. Where its condition has a run that is not
@@ -64,9 +65,9 @@ def cold_note(table: pd.DataFrame) -> str:
     if len(kept):
         parts.append(
             f"{len(kept)} cold run(s) kept, every run of their condition being cold: {names(kept)} (a fresh machine "
-            "each run: share the CUDA JIT cache between pods with CUDA_CACHE_PATH on a volume)"
+            "each run: share the kernel caches between pods with CUDA_CACHE_PATH and TRITON_CACHE_DIR on a volume)"
         )
     return (
-        "Cold runs (the CUDA JIT cache grew in their warm-up or timed steps: kernels compiled for the machine once, "
+        "Cold runs (the kernel caches grew in their warm-up or timed steps: kernels compiled for the machine once, "
         "not paid again by later runs or steps): " + "; ".join(parts) + "."
     )

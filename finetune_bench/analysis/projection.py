@@ -28,11 +28,11 @@ throughput is (`analysis.stats`: the geometric mean of paired ratios, its t inte
 sequences are one shape: the projection is then the timed steps' mean step time, slow steps included, with the
 warm-up added. Evaluation, checkpointing and start-up are not projected.
 
-Timed steps and probes during which the CUDA JIT cache grew (`measuring.jit_cache`: the first run on a machine
-compiling kernels, 1.5-3 s a step, once for the machine and not again at the same lengths) price no length and do
+Timed steps and probes during which the kernel caches grew (`measuring.jit_cache`: the first run on a machine
+compiling kernels, CUDA's or Triton's, up to 1.5-3 s a step, once for the machine and not again) price no length and do
 not move the line: the machine's one-time compilations are no part of what each step or new length costs. They are
 the only steps left out: a step slower than `OUTLIER_FACTOR` × its expected time for any other reason (a garbage
-collection, a kernel compiled again for a new argument) is projected as measured, unlike the steady-state
+collection, a kernel loaded again for a new argument) is projected as measured, unlike the steady-state
 throughput, which no single slow step moves by design (`measuring.steady_state`).
 
 No torch: numpy and the step table's plain numbers.
@@ -94,7 +94,7 @@ class StepCosts:
     new_shape_samples: int = 0
     # The probes' lengths and what a step at each took beyond the line the first time (`running.backends.shape_probes`).
     probed: dict[int, float] = field(default_factory=dict)
-    # How many new-shape steps and probes were left out of the prices because the CUDA JIT cache grew in them.
+    # How many new-shape steps and probes were left out of the prices because the kernel caches grew in them.
     compiling_samples: int = 0
 
     def length_cost(self, length: int) -> float:
@@ -147,7 +147,7 @@ def step_costs(
     """A run's step costs from its rows of the step table (`step`, `step_time_s`, `padded_tokens`, `new_shape`,
     `is_warmup`, `jit_cache_bytes`, `batch_shape`, ...) and its probes: the first step at each length (`probes`) and
     the second (`repeats`), seconds each, of `rows_per_probe` rows (the batch times the micro-batches of a step);
-    `compiling_probes`: the lengths whose probe grew the CUDA JIT cache by `COMPILING_BYTES` or more. The step-time
+    `compiling_probes`: the lengths whose probe grew the kernel caches by `COMPILING_BYTES` or more. The step-time
     line is fitted over the timed steps that met no new shape and the probes' second steps (`fit_across_lengths`),
     the probes that compiled left out, then moved to the mean of those steps, slow ones included, the steps that grew
     the JIT cache by that much left out; the mean new-shape cost is over the probes' first steps (and the timed

@@ -40,7 +40,7 @@ SHAPE_PROBES = "shape_probes"
 # The key of a run's details holding the second step of each probe (JSON {length: seconds}): a step whose shape is
 # known, a point of the step-time line over the range of lengths probed.
 SHAPE_PROBES_REPEAT = "shape_probes_repeat"
-# The key of a run's details naming the probes during which the CUDA JIT cache grew (JSON {length: bytes};
+# The key of a run's details naming the probes during which the kernel caches grew (JSON {length: bytes};
 # `measuring.jit_cache`): one-time compilations of the machine, not the length's price.
 SHAPE_PROBES_JIT = "shape_probes_jit_bytes"
 

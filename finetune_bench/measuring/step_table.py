@@ -36,9 +36,9 @@ class StepRecord:
     triton_compiles: int | None = None
     triton_compile_s: float | None = None
     triton_kernels_compiled: str = ""
-    # The bytes the CUDA driver's JIT cache grew by in the step: kernels compiled for this GPU the first time on this
-    # machine (`measuring.jit_cache`; on several GPUs the most any rank saw); None where nothing is counted (no GPU,
-    # no cache).
+    # The bytes the kernel caches (the CUDA driver's JIT cache and Triton's) grew by in the step: kernels compiled for
+    # this GPU the first time on this machine (`measuring.jit_cache`; on several GPUs the most any rank saw); None
+    # where nothing is counted (no GPU, no cache).
     jit_cache_bytes: int | None = None
     # The GPU's energy over the step, in joules (NVML's counter; None: not known, see `energy_unavailable`).
     energy_j: float | None = None

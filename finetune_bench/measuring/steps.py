@@ -25,7 +25,7 @@ import torch
 
 from finetune_bench.measuring.gc_timer import GcTimer
 from finetune_bench.measuring.gpu import EnergyCounter, NvmlPeakSampler, open_energy_counter
-from finetune_bench.measuring.jit_cache import JitCacheGrowth, jit_cache_dir, jit_cache_text
+from finetune_bench.measuring.jit_cache import JitCacheGrowth, jit_cache_text, kernel_cache_dirs
 from finetune_bench.measuring.memory_phases import MemoryPhasePeaks
 from finetune_bench.measuring.metrics import IN_WALL, MEASURED_TIME, METRICS, STEADY_TIME, throughput
 from finetune_bench.measuring.quality import perplexity
@@ -193,7 +193,7 @@ class StepRecorder:
         self._gc_at_last_end = self._gc.total_s
         self._counting_compiles = self._triton.install()
         if self._cuda:
-            self._jit_cache.start(jit_cache_dir())
+            self._jit_cache.start(kernel_cache_dirs())
         self._energy_at_last_end = self._read_energy()
         self._last_end = time.perf_counter()
         if self._phase_ended is not None and "setup_s" not in self.phases:

@@ -159,7 +159,9 @@ def _rank(rank: int, port: int, queue) -> None:
         recorder = StepRecorder(torch.device("cpu"), warmup_steps=0)
         recorder.begin_training()
         jit_cache = Path(tempfile.mkdtemp()) if rank == 1 else None
-        recorder._jit_cache.start(jit_cache)  # rank 1 reads a JIT cache (as on a GPU), rank 0 none
+        recorder._jit_cache.start(
+            [jit_cache] if jit_cache else []
+        )  # rank 1 reads a JIT cache (as on a GPU), rank 0 none
         # rank 0 feeds one length throughout; rank 1 meets a new one at step 3, compiles a Triton kernel at step 2
         # (its JIT's hooks called as Triton calls them) and its JIT cache grows at step 4
         for step, length in enumerate([8, 8, 8, 8] if rank == 0 else [8, 8, 16, 16], start=1):

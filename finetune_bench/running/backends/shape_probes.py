@@ -15,7 +15,7 @@ rows whose lengths spread widely), does it time a single step at a length it alr
 The lengths are spread over the padded lengths one epoch of the run's rows makes, weighted by how often a batch meets
 each (`spread_lengths`: the quantiles of that distribution), so that the line holds over the whole range of lengths
 the fine-tune trains at, not only near the window; less those any rank has fed, and none longer than the longest any
-rank fed (a longer one could run out of memory where the run did not). A probe during which the CUDA JIT cache grew
+rank fed (a longer one could run out of memory where the run did not). A probe during which the kernel caches grew
 (`measuring.jit_cache`: the first run on a machine compiling kernels, once for the machine, not for the length) is
 kept apart: `SHAPE_PROBES_JIT`.
 
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from finetune_bench.inputs.settings import TrainingArgs
-from finetune_bench.measuring.jit_cache import JitCacheGrowth, jit_cache_dir
+from finetune_bench.measuring.jit_cache import JitCacheGrowth, kernel_cache_dirs
 from finetune_bench.measuring.steady_state import SHAPE_PROBES, SHAPE_PROBES_JIT, SHAPE_PROBES_REPEAT
 from finetune_bench.prediction.fine_tune import FineTune, batching_of, length_frequencies
 
@@ -87,7 +87,7 @@ def probe_new_shapes(
 ) -> dict[str, str]:
     """The run's details the probes add (`time_new_shapes`): `SHAPE_PROBES` and `SHAPE_PROBES_REPEAT`, JSON
     {length: seconds} of the first and the second step at each length, and `SHAPE_PROBES_JIT`, JSON {length: bytes}
-    of the lengths whose steps grew the CUDA JIT cache (none: no key). Nothing on a CPU (its timings say nothing of a
+    of the lengths whose steps grew the kernel caches (none: no key). Nothing on a CPU (its timings say nothing of a
     GPU's) or without probes to make."""
     if args.new_shape_probes == 0 or device.type == "cpu":
         return {}
@@ -104,7 +104,7 @@ def probe_new_shapes(
 class ProbeTimes:
     """What the probes measured: {length: seconds} of the first step at each length (the new length's price) and of
     the second (a step whose shape is known), and {length: bytes} of the lengths whose first or second step grew the
-    CUDA JIT cache (on a GPU)."""
+    kernel caches (on a GPU)."""
 
     first: dict[str, float] = field(default_factory=dict)
     repeat: dict[str, float] = field(default_factory=dict)
@@ -149,7 +149,7 @@ def time_new_shapes(
     next(batches)
     grown = dict.fromkeys(chosen, 0)
     jit_cache = JitCacheGrowth()
-    jit_cache.start(jit_cache_dir() if device.type == "cuda" else None)
+    jit_cache.start(kernel_cache_dirs() if device.type == "cuda" else ())
     for times, length in sequence:
         times[str(length)] = _timed(lambda: step(next(batches)), device)
         grown[length] = max(grown[length], jit_cache.take() or 0)
