@@ -18,6 +18,7 @@ from flytekit.types.file import FlyteFile
 from finetune_bench.analysis.grid import analyze_grid
 from finetune_bench.frontier.claims import check_claim, check_claim_on_a_gpu
 from finetune_bench.frontier.guide import search_guide
+from finetune_bench.frontier.planning import check_throughput_settings, plan_searches
 from finetune_bench.frontier.predicted import (
     check_first_probes,
     check_frontier_prediction,
@@ -37,10 +38,8 @@ from finetune_bench.frontier.settings import (
     ProbeSettings,
     SeqLengthSearch,
     arm_name,
-    check_throughput_settings,
     frontier_arms,
     no_axes,
-    plan_searches,
 )
 from finetune_bench.frontier.throughput import plan_throughput_runs
 from finetune_bench.inputs.machine import check_cap_fits_target

@@ -10,6 +10,7 @@ from functools import partial
 from flytekit import conditional, map_task, workflow
 from flytekit.types.directory import FlyteDirectory
 
+from finetune_bench.frontier.planning import check_throughput_settings
 from finetune_bench.frontier.predicted import check_frontier_prediction
 from finetune_bench.frontier.search import FrontierResult
 from finetune_bench.frontier.settings import (
@@ -18,7 +19,6 @@ from finetune_bench.frontier.settings import (
     FrontierSearch,
     ProbeSettings,
     SeqLengthSearch,
-    check_throughput_settings,
 )
 from finetune_bench.inputs.plan import RunSettings
 from finetune_bench.inputs.reading import check_n_runs

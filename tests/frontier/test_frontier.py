@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from finetune_bench.frontier.planning import plan_searches
 from finetune_bench.frontier.report import build_frontier_report
 from finetune_bench.frontier.search import (
     BISECTION,
@@ -34,7 +35,6 @@ from finetune_bench.frontier.settings import (
     ProbeSettings,
     SeqLengthSearch,
     frontier_arms,
-    plan_searches,
 )
 from finetune_bench.frontier.tables import frontier_ratios, frontier_table, probes_table
 from finetune_bench.frontier.throughput import plan_throughput_runs

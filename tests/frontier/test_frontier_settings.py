@@ -3,14 +3,8 @@ a section of another workflow's inputs points at the frontier's own."""
 
 import pytest
 
-from finetune_bench.frontier.settings import (
-    BatchSizeSearch,
-    FrontierArm,
-    ProbeSettings,
-    SeqLengthSearch,
-    _check_arms,
-    plan_searches,
-)
+from finetune_bench.frontier.planning import _check_arms, plan_searches
+from finetune_bench.frontier.settings import BatchSizeSearch, FrontierArm, ProbeSettings, SeqLengthSearch
 from finetune_bench.inputs.errors import SpecError
 from finetune_bench.inputs.reading import read_inputs
 from finetune_bench.inputs.settings import TrainingArgs

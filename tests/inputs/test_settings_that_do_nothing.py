@@ -151,7 +151,8 @@ def test_a_workflow_setting_that_acts_in_nothing_it_runs_is_refused():
 
 
 def test_the_frontier_refuses_what_acts_only_where_its_search_or_throughput_runs_do():
-    from finetune_bench.frontier.settings import BatchSizeSearch, check_sections_act, check_throughput_settings
+    from finetune_bench.frontier.planning import check_sections_act, check_throughput_settings
+    from finetune_bench.frontier.settings import BatchSizeSearch
 
     with pytest.raises(SpecError) as refused:
         check_sections_act(BatchSizeSearch(enabled=False, start=4))

@@ -19,7 +19,7 @@ import torch
 from finetune_bench.inputs.plan import PlannedRun
 from finetune_bench.inputs.settings import TrainingArgs
 from finetune_bench.running.backends.common import trains_mixed_float16, weight_dtype
-from finetune_bench.running.backends.plain_loop import LossScaling, check_float16_parallelism
+from finetune_bench.running.backends.mixed_precision import LossScaling, check_float16_parallelism
 from finetune_bench.running.launch import run_in_child
 
 INITIAL_SCALE = 2.0**16  # torch.amp.GradScaler's (and accelerate's) initial loss scale

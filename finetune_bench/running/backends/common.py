@@ -59,8 +59,8 @@ def trains_mixed_float16(args: TrainingArgs, dtype: torch.dtype) -> bool:
     master weights the optimizer updates: a float16 weight cannot take updates smaller than its rounding step, and
     AdamW's states overflow float16), and its loss is scaled by a dynamic `torch.amp.GradScaler` (unscaled before
     gradient clipping; a step whose gradients hold an inf or NaN is skipped and the scale shrinks). The plain loop does
-    this itself (`plain_loop.LossScaling`), the Trainers through accelerate (`fp16=True`). bfloat16 needs none of it:
-    its range is float32's, and the model is trained in it as it is."""
+    this itself (`mixed_precision.LossScaling`), the Trainers through accelerate (`fp16=True`). bfloat16 needs none of
+    it: its range is float32's, and the model is trained in it as it is."""
     return dtype == torch.float16 and BACKENDS[args.backend].trains
 
 

@@ -24,6 +24,7 @@ from finetune_bench.measuring.steps import StepRecorder
 from finetune_bench.running import faults
 from finetune_bench.running.backends.common import CHECKPOINTING_KWARGS
 from finetune_bench.running.backends.evaluation import HeldOutEvaluator
+from finetune_bench.running.backends.mixed_precision import weight_dtypes
 
 if TYPE_CHECKING:
     import transformers
@@ -209,11 +210,9 @@ def cut_cross_entropy_trainer(trainer_class: type) -> type:
 
 def mixed_precision_details(trainer: "transformers.Trainer", callback: "transformers.TrainerCallback") -> dict:
     """What a float16 mixed-precision run records (nothing for another run), as the plain loop records it
-    (`plain_loop.LossScaling.details`): the scale after the last training step, how many training steps the scaler
-    skipped for inf/NaN gradients (`callback`: the run's `recording_callback`, which counted them), and the dtypes of
-    the weights that trained and of the frozen ones."""
-    from finetune_bench.running.backends.plain_loop import weight_dtypes
-
+    (`mixed_precision.LossScaling.details`): the scale after the last training step, how many training steps the
+    scaler skipped for inf/NaN gradients (`callback`: the run's `recording_callback`, which counted them), and the
+    dtypes of the weights that trained and of the frozen ones."""
     if not trainer.args.fp16:
         return {}
     return {
