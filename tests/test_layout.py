@@ -141,3 +141,17 @@ def test_analysis_and_reporting_run_without_torch():
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# A module longer than this holds more than one idea: split it along them (docs/architecture.md).
+MOST_LINES = 500
+
+
+def test_no_module_of_the_core_the_tasks_or_the_workflows_is_over_the_mark():
+    long = {
+        str(path.relative_to(PROJECT_ROOT)): lines
+        for folder in (CORE, PROJECT_ROOT / "tasks", PROJECT_ROOT / "workflows")
+        for path in sorted(folder.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MOST_LINES
+    }
+    assert not long, f"modules over {MOST_LINES} lines: {long}"
