@@ -3,15 +3,19 @@
 # whose image lacks flytekit/trl/liger: install the wheelhouse carried in .whl/, pre-flight one short liger run of
 # the file's model and data, then the whole workflow.
 #
-# usage: scripts/gpu_check.sh INPUTS OUTDIR
+# usage: [WORKFLOW_TIMEOUT_S=SECONDS] [PREFLIGHT=0] scripts/gpu_check.sh INPUTS OUTDIR
 #   INPUTS  any benchmark inputs file; for a shorter grid (fewer steps or repeats, another backend), a copy of one
 #           with those settings changed
+#   WORKFLOW_TIMEOUT_S  ends the workflow (SIGTERM: its run ends, no process left) after that many seconds, for a grid longer
+#           than one call of the machine: its finished runs stay in the results store, and the same command again on
+#           the same machine reuses them and trains the rest (exit status 124 when stopped). PREFLIGHT=0 skips the
+#           pre-flight run (a second call).
 #   OUTDIR  gets gpu.txt (the GPU), workflow.log, the workflow's outputs (report.html, results.csv, steps.csv, ...)
 #           and raw_results.tgz (each run's result.json, kept whatever happens to the analysis)
 # Where the project is installed (`make install`), `make run INPUTS=... RUN_DIR=...` runs the same workflow.
 source "$(dirname "$0")/gpu_setup.sh"
 export FINETUNE_BENCH_EXPORT_DIR=$out
-python3 - "$inputs" <<'PY'
+[ "${PREFLIGHT:-1}" = 0 ] || python3 - "$inputs" <<'PY'
 import dataclasses, sys, yaml
 from finetune_bench.inputs.plan import plan_runs
 from finetune_bench.inputs.settings import ExperimentArgs, TrainingArgs
@@ -31,7 +35,7 @@ if r.status != "ok":
 PY
 start=$(date +%s)
 rc=0
-python3 /tmp/site/bin/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file "$inputs" \
+timeout --kill-after=60 "${WORKFLOW_TIMEOUT_S:-0}" python3 /tmp/site/bin/pyflyte run workflows/benchmark.py benchmarking_experiment --inputs-file "$inputs" \
   > "$out/workflow.log" 2>&1 || rc=$?
 tail -n 30 "$out/workflow.log"
 echo "workflow exit status $rc, wall time: $(( $(date +%s) - start )) s"
