@@ -6,8 +6,8 @@
 # usage: [WORKFLOW_TIMEOUT_S=SECONDS] [PREFLIGHT=0] scripts/gpu_check.sh INPUTS OUTDIR
 #   INPUTS  any benchmark inputs file; for a shorter grid (fewer steps or repeats, another backend), a copy of one
 #           with those settings changed
-#   WORKFLOW_TIMEOUT_S  ends the workflow (SIGTERM: its run ends, no process left) after that many seconds, for a grid longer
-#           than one call of the machine: its finished runs stay in the results store, and the same command again on
+#   WORKFLOW_TIMEOUT_S  ends the workflow after that many seconds (SIGTERM: its run ends, no process left), for a
+#           grid longer than one sitting: its finished runs stay in the results store, and the same command again on
 #           the same machine reuses them and trains the rest (exit status 124 when stopped). PREFLIGHT=0 skips the
 #           pre-flight run (a second call).
 #   OUTDIR  gets gpu.txt (the GPU), workflow.log, the workflow's outputs (report.html, results.csv, steps.csv, ...)
